@@ -1,0 +1,37 @@
+"""The SparkSession volume-stream works in: the active one if there is one (spark-submit, a
+notebook), else an embedded local session with settings suited to small driver-side batches."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+__all__ = ["get_spark"]
+
+
+def get_spark(master: str | None = None, app_name: str = "volume-stream") -> SparkSession:
+    """Return the active SparkSession, or build a local one (`local[*]` unless `master` says).
+
+    The session time zone is UTC: directory-table timestamps are UTC instants and must print as
+    such. Arrow is on, because change sets travel driver <-> JVM as Arrow batches.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("VOLUME_STREAM_SPARK_MASTER", "local[*]"))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
