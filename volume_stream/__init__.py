@@ -1,0 +1,71 @@
+"""volume-stream: event-driven file streams on Apache Spark.
+
+Queue listeners feed file events into a versioned directory table (Delta Lake with Change Data
+Feed); streams turn its versions into INSERT / DELETE / UPDATE_BEFORE / UPDATE_AFTER records,
+with offsets that move only when a consumer's output is committed.
+
+    import volume_stream as vs
+    cat = vs.connect("./warehouse")
+
+Heavy modules (Spark, Delta) load on first use, so `import volume_stream` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from volume_stream.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    ConsumeConflictError,
+    InvalidInputError,
+    NotFoundError,
+    StaleStreamError,
+    VolumeStreamError,
+    WarehouseError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "connect": "volume_stream.catalog",
+    "Catalog": "volume_stream.catalog",
+    "Batch": "volume_stream.catalog",
+    "RefreshMetrics": "volume_stream.catalog",
+    "LocalNotification": "volume_stream.volumes",
+    "FileEvent": "connectors.events",
+    "EventKind": "connectors.events",
+}
+
+__all__ = [
+    "AlreadyExistsError",
+    "Batch",
+    "Catalog",
+    "ConfigError",
+    "ConsumeConflictError",
+    "EventKind",
+    "FileEvent",
+    "InvalidInputError",
+    "LocalNotification",
+    "NotFoundError",
+    "RefreshMetrics",
+    "StaleStreamError",
+    "VolumeStreamError",
+    "WarehouseError",
+    "__version__",
+    "connect",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'volume_stream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

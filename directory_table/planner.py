@@ -1,0 +1,101 @@
+"""Turn a batch of `FileEvent`s into the row changes one commit must make (DESIGN §4.2).
+
+Pure functions, no I/O: the table hands in the stored state of the touched paths and gets back
+a `Plan`. Per path only the newest event counts (sequencer when both sides have one, else event
+time, then arrival order); an event no newer than what the table holds is ignored; a CREATED
+whose image equals the stored one changes nothing. So redelivered and reordered events are
+harmless, and a batch of duplicates plans nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from connectors.events import EventKind, FileEvent, is_newer
+
+__all__ = ["Plan", "StoredRow", "newest_per_path", "plan_changes"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """What the table (or its tombstones) holds for one path, as far as ordering needs."""
+
+    size: int | None
+    etag: str | None
+    last_modified_time: datetime | None
+    sequencer: str | None
+    event_time: datetime | None
+
+
+@dataclass
+class Plan:
+    inserts: list[FileEvent] = field(default_factory=list)
+    updates: list[FileEvent] = field(default_factory=list)
+    deletes: list[FileEvent] = field(default_factory=list)
+    #: events dropped: superseded in the batch, older than or equal to the stored state,
+    #: folder markers, removals of unknown paths
+    ignored: int = 0
+    #: CREATED events whose image equals the stored row
+    unchanged: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.inserts or self.updates or self.deletes)
+
+
+def newest_per_path(events: Iterable[FileEvent]) -> tuple[dict[str, FileEvent], int]:
+    """Keep the newest event of each path; later arrival wins a tie. Returns (latest, dropped)."""
+    latest: dict[str, FileEvent] = {}
+    dropped = 0
+    for event in events:
+        if event.is_folder_marker:
+            dropped += 1
+            continue
+        current = latest.get(event.relative_path)
+        if current is not None:
+            dropped += 1
+            order = is_newer(event.sequencer, event.event_time,
+                             current.sequencer, current.event_time)
+            if order < 0:
+                continue
+        latest[event.relative_path] = event
+    return latest, dropped
+
+
+def _same_image(event: FileEvent, row: StoredRow) -> bool:
+    return (event.size == row.size and event.etag == row.etag
+            and event.last_modified_time == row.last_modified_time)
+
+
+def plan_changes(
+    latest: Mapping[str, FileEvent],
+    stored: Mapping[str, StoredRow],
+    tombstones: Mapping[str, StoredRow],
+) -> Plan:
+    """Decide, per path, whether the newest event inserts, updates, deletes or does nothing."""
+    plan = Plan()
+    for path, event in latest.items():
+        row = stored.get(path)
+        if event.kind is EventKind.CREATED:
+            if row is None:
+                tomb = tombstones.get(path)
+                if tomb is not None and is_newer(event.sequencer, event.event_time,
+                                                 tomb.sequencer, tomb.event_time) <= 0:
+                    plan.ignored += 1
+                else:
+                    plan.inserts.append(event)
+            elif is_newer(event.sequencer, event.event_time, row.sequencer, row.event_time) <= 0:
+                plan.ignored += 1
+            elif _same_image(event, row):
+                plan.unchanged += 1
+            else:
+                plan.updates.append(event)
+        else:
+            if row is not None and is_newer(event.sequencer, event.event_time,
+                                            row.sequencer, row.event_time) > 0:
+                plan.deletes.append(event)
+            else:
+                plan.ignored += 1
+    return plan

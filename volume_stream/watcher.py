@@ -1,0 +1,107 @@
+"""Run a volume's listener: receive events, commit them to the directory table, acknowledge
+them after the commit (DESIGN §6). `Catalog.watch` drives one of these in the foreground; the
+daemon drives several.
+
+    watcher = VolumeWatcher(table, listener, accept, refresh)
+    while True:
+        step = watcher.step(timeout=1.0)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from connectors.base import Listener
+from directory_table import ApplyResult, DirectoryTable
+
+__all__ = ["StepResult", "VolumeWatcher", "WatchMetrics"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WatchMetrics:
+    """Running totals of one watch."""
+
+    received: int = 0
+    applied: int = 0
+    ignored: int = 0
+    malformed: int = 0
+    filtered: int = 0
+    versions: list[int] = field(default_factory=list)
+    refreshes: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"received": self.received, "applied": self.applied, "ignored": self.ignored,
+                "malformed": self.malformed, "filtered": self.filtered,
+                "versions": list(self.versions), "refreshes": self.refreshes,
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    result: ApplyResult | None
+    idle: bool
+
+
+class VolumeWatcher:
+    """One receive → apply → ack cycle at a time, for one volume."""
+
+    def __init__(self, table: DirectoryTable, listener: Listener,
+                 accept: Callable[[str], bool], refresh: Callable[[], object]):
+        self.table = table
+        self.listener = listener
+        self.accept = accept
+        self.refresh = refresh
+        self.metrics = WatchMetrics()
+
+    def step(self, timeout: float) -> StepResult:
+        received = self.listener.receive(timeout)
+        m = self.metrics
+        m.received += len(received.events)
+        m.malformed += received.malformed
+        m.ignored += received.ignored
+        if received.needs_refresh:
+            log.warning("listener lost events; running a full refresh")
+            self.refresh()
+            m.refreshes += 1
+        events = [e for e in received.events if self.accept(e.relative_path)]
+        m.filtered += len(received.events) - len(events)
+        result = None
+        if events:
+            result = self.table.apply(events)
+            m.applied += result.changed
+            m.ignored += result.ignored + result.unchanged
+            if result.version is not None:
+                m.versions.append(result.version)
+                log.info("committed version %d: +%d ~%d -%d (%d events, %.3fs)", result.version,
+                         result.inserted, result.updated, result.deleted, len(events),
+                         result.seconds)
+        # Acknowledge only now that the commit (if any) is durable.
+        if received.handles:
+            self.listener.ack(received.handles)
+        return StepResult(result, idle=received.empty and self.listener.idle)
+
+    def run(self, *, until_idle: bool = False, timeout: float | None = None,
+            poll: float = 0.5, on_step: Callable[[StepResult], None] | None = None,
+            ) -> WatchMetrics:
+        """Loop until idle (if asked), the timeout, or Ctrl-C; return the totals."""
+        started = time.monotonic()
+        try:
+            while True:
+                remaining = None if timeout is None else timeout - (time.monotonic() - started)
+                if remaining is not None and remaining <= 0:
+                    break
+                step = self.step(poll if remaining is None else min(poll, remaining))
+                if on_step:
+                    on_step(step)
+                if until_idle and step.idle:
+                    break
+        except KeyboardInterrupt:
+            log.info("watch interrupted; stopping cleanly")
+        self.metrics.seconds = time.monotonic() - started
+        return self.metrics
