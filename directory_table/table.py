@@ -114,6 +114,11 @@ class DirectoryTable:
     def version(self) -> int:
         return self.delta().version()
 
+    def file_count(self) -> int:
+        """Rows at the latest version, from the log's file statistics (no data read)."""
+        actions = pa.table(self.delta().get_add_actions(flatten=True))
+        return int(pc.sum(actions["num_records"]).as_py() or 0)
+
     def url_of(self, relative_path: str) -> str:
         return self.base_url + relative_path
 

@@ -228,14 +228,12 @@ class Catalog:
             if kind != VOLUME:
                 continue
             spec = VolumeSpec.from_dict(data)
-            dt = self._table(spec).delta()
-            files = dt.get_add_actions(flatten=True).column("num_records")
+            table = self._table(spec)
             out.append({"name": spec.name, "location": spec.location,
                         "recursive": spec.recursive,
                         "notification": (spec.notification or {}).get("type", "LOCAL")
                         if spec.scheme == "file" else (spec.notification or {}).get("type"),
-                        "version": dt.version(),
-                        "files": int(pa.compute.sum(files).as_py() or 0)})
+                        "version": table.version(), "files": table.file_count()})
         return out
 
     def describe_volume(self, name: str) -> dict[str, Any]:
