@@ -1,0 +1,19 @@
+"""Settings read from the environment (`VOLUME_STREAM_*`), in one place.
+
+    Settings().warehouse        # VOLUME_STREAM_WAREHOUSE, default ./warehouse
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VOLUME_STREAM_", extra="ignore")
+
+    warehouse: Path = Path("./warehouse")
+    spark_master: str | None = None
