@@ -35,6 +35,11 @@ _LAZY = {
     "RefreshMetrics": "volume_stream.catalog",
     "LocalNotification": "volume_stream.volumes",
     "FileEvent": "connectors.events",
+    "file_udf": "volume_stream.pipeline",
+    "FileRecord": "volume_stream.pipeline",
+    "Pipeline": "volume_stream.pipeline",
+    "SqsNotification": "volume_stream.volumes",
+    "MnsNotification": "volume_stream.volumes",
     "EventKind": "connectors.events",
 }
 

@@ -457,3 +457,27 @@ class Catalog:
         info["stale"] = spec["offset"] < info["oldest_version"]
         info["pending_changes"] = None if info["stale"] else self._pending(name)[0].num_rows
         return info
+
+    # ------------------------------------------------------------------ front doors
+    def pipeline(self, stream: str, udf: Any, target: str, **options: Any) -> Any:
+        """A per-file UDF pipeline over `stream` writing to `target` (see `volume_stream.pipeline`).
+
+        Example:
+            >>> cat.pipeline("new_images", image_metadata, "image_meta").run_once()
+        """
+        from volume_stream.pipeline import Pipeline
+
+        return Pipeline(self, stream, udf, target, **options)
+
+    def sql(self, text: str) -> Any:
+        """Run volume-stream DDL and Spark SQL over streams (see `volume_stream.sql`)."""
+        from volume_stream.sql import run_sql
+
+        return run_sql(self, text)
+
+    def register_udf(self, name: str, fn: Any, return_type: Any = "string") -> None:
+        """Make a Python function callable from `sql()` under `name`."""
+        from volume_stream.sql import register_udf
+
+        register_udf(self, name, fn, return_type)
+

@@ -191,6 +191,20 @@ def watch(
     out.print(json.dumps(metrics.as_dict()))
 
 
+def _register_extensions() -> None:
+    # Commands that live with their feature: `run` (pipelines), `daemon`/`config`, `sql`.
+    import importlib
+    import importlib.util
+
+    for module in ("volume_stream.cli_pipeline", "volume_stream.cli_daemon",
+                   "volume_stream.cli_sql"):
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module).register(app)
+
+
+_register_extensions()
+
+
 def main() -> None:
     try:
         app()
