@@ -14,9 +14,8 @@ directory table ignores the duplicates). Listeners are context managers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from collections.abc import Iterator
 from typing import IO, Any, Protocol, runtime_checkable
 
 import pyarrow as pa

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from connectors.base import Lister, Listener, ObjectReader
+from connectors.base import Listener, Lister, ObjectReader
 from volume_stream.errors import ConfigError, InvalidInputError
 
 __all__ = [
