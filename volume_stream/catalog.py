@@ -38,7 +38,7 @@ from volume_stream.errors import (
     NotFoundError,
     StaleStreamError,
 )
-from volume_stream.refresh import diff_listing, read_listing
+from volume_stream.refresh import diff_listing, diff_listing_spark, read_listing
 from volume_stream.volumes import (
     VolumeSpec,
     backend_for,
@@ -258,7 +258,11 @@ class Catalog:
         lister = backend_for(spec).lister(self._with_options(spec))
         listing = read_listing(lister.list(), spec.accepts())
         stored = table.snapshot(columns=["relative_path", "size", "etag", "last_modified_time"])
-        events, invalid = diff_listing(listing, stored, started)
+        threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+        if listing.num_rows + stored.num_rows > threshold:
+            events, invalid = diff_listing_spark(self.spark, listing, stored, started)
+        else:
+            events, invalid = diff_listing(listing, stored, started)
         result = table.apply(events)
         seconds = (datetime.now(UTC) - started).total_seconds()
         log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", volume, listing.num_rows,

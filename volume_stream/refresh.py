@@ -1,9 +1,11 @@
 """Full-listing reconcile (DESIGN §4.4): list a volume, diff the listing against the directory
 table's current version, and turn the difference into events for one `apply`.
 
-The diff is a vectorised Arrow join on the driver (no Python loop over the listing); only the
-rows that differ become `FileEvent`s. It heals missed events and backfills files that existed
-before the volume had a queue.
+The diff is a vectorised join (no Python loop over the listing): Arrow on the driver for
+ordinary volumes, Spark when the listing and the table together pass a threshold (millions of
+rows), so the join's memory and CPU go to the executors. Only the rows that differ come back and
+become `FileEvent`s. It heals missed events and backfills files that existed before the volume
+had a queue.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import pyarrow.compute as pc
 from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind, FileEvent, InvalidPathError
 
-__all__ = ["diff_listing", "read_listing"]
+__all__ = ["diff_listing", "diff_listing_spark", "read_listing"]
+
+_KEYS = ["relative_path", "size", "etag", "last_modified_time"]
+_STORED = ["size_stored", "etag_stored", "last_modified_time_stored"]
 
 
 def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool]) -> pa.Table:
@@ -38,11 +43,34 @@ def _differs(left: pa.Table, col: str) -> pa.ChunkedArray:
 def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime,
                  ) -> tuple[list[FileEvent], int]:
     """Events that make `stored` (relative_path, size, etag, last_modified_time) equal to
-    `listing`. Returns (events, invalid_paths)."""
-    stored = stored.select(["relative_path", "size", "etag", "last_modified_time"])
-    stored = stored.rename_columns(["relative_path"] + [f"{c}_stored" for c in
-                                                        ("size", "etag", "last_modified_time")])
-    joined = listing.join(stored, "relative_path", join_type="full outer")
+    `listing`, joined in Arrow. Returns (events, invalid_paths)."""
+    stored = stored.select(_KEYS).rename_columns(["relative_path"] + _STORED)
+    joined = listing.select(_KEYS).join(stored, "relative_path", join_type="full outer")
+    return _events(joined, listed_at)
+
+
+def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime,
+                       ) -> tuple[list[FileEvent], int]:
+    """`diff_listing` with the join in Spark; only differing rows return to the driver."""
+    from pyspark.sql import functions as F
+
+    left = spark.createDataFrame(listing.select(_KEYS))
+    right = spark.createDataFrame(stored.select(_KEYS).rename_columns(["relative_path"]
+                                                                      + _STORED))
+    joined = left.join(right, "relative_path", "full_outer")
+    same = F.lit(True)
+    for col in ("size", "etag", "last_modified_time"):
+        same = same & F.col(col).eqNullSafe(F.col(f"{col}_stored"))
+    differing = joined.where(~same).select(*_KEYS, *_STORED).toArrow()
+    return _events(differing.cast(_joined_schema(listing.schema)), listed_at)
+
+
+def _joined_schema(listing: pa.Schema) -> pa.Schema:
+    fields = [listing.field(k) for k in _KEYS]
+    return pa.schema(fields + [pa.field(f"{f.name}_stored", f.type) for f in fields[1:]])
+
+
+def _events(joined: pa.Table, listed_at: datetime) -> tuple[list[FileEvent], int]:
     present = pc.is_valid(joined["size"])
     was_stored = pc.is_valid(joined["size_stored"])
     changed = pc.or_(pc.or_(_differs(joined, "size"), _differs(joined, "etag")),

@@ -99,3 +99,21 @@ def test_watch_until_idle_returns(catalog, data_dir):
     metrics = catalog.watch("vol", until_idle=True, timeout=30)
     assert time.monotonic() - started < 10
     assert metrics.applied == 0
+
+
+def test_large_listings_diff_in_spark_same_result(catalog, data_dir):
+    for i in range(30):
+        (data_dir / f"f{i:02d}.txt").write_text("x" * i)
+    catalog.create_volume("arrow", data_dir)
+    catalog.create_volume("spark", data_dir, spark_diff_threshold=10)
+    catalog.create_stream("sa", "arrow")
+    catalog.create_stream("ss", "spark")
+    a, s = catalog.refresh("arrow"), catalog.refresh("spark")
+    assert (a.inserted, a.updated, a.deleted) == (s.inserted, s.updated, s.deleted) == (30, 0, 0)
+    (data_dir / "f03.txt").unlink()
+    (data_dir / "f04.txt").write_text("changed")
+    (data_dir / "new.txt").write_text("n")
+    a, s = catalog.refresh("arrow"), catalog.refresh("spark")
+    assert (a.inserted, a.updated, a.deleted) == (s.inserted, s.updated, s.deleted) == (1, 1, 1)
+    assert _changes(catalog, "sa") == _changes(catalog, "ss")
+    assert len(_changes(catalog, "ss")) == 30
