@@ -124,6 +124,7 @@ class Catalog:
         # Options given to create_volume (secrets included) stay in this process only, for the
         # volume's listeners and readers; the catalog stores them without secrets.
         self._runtime_options: dict[str, dict[str, Any]] = {}
+        self._runtime_notifications: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.warehouse.root)!r})"
@@ -196,6 +197,7 @@ class Catalog:
                           ignore_errors=True)
         log.info("created volume %s at %s", name, location)
         self._runtime_options[name] = dict(options)
+        self._runtime_notifications[name] = notification
         return spec
 
     def drop_volume(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
@@ -280,7 +282,8 @@ class Catalog:
     def watcher(self, volume: str) -> VolumeWatcher:
         """A `VolumeWatcher` for the volume's listener (the caller runs and closes it)."""
         spec = self._with_options(self._volume(volume))
-        notification = notification_from_dict(spec.notification)
+        notification = (self._runtime_notifications.get(volume)
+                        or notification_from_dict(spec.notification))
         listener = backend_for(spec).listener(spec, notification)
         return VolumeWatcher(self._table(spec), listener, spec.accepts(),
                              lambda: self.refresh(volume))

@@ -25,6 +25,8 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "LocalNotification",
+    "MnsNotification",
+    "SqsNotification",
     "VolumeSpec",
     "normalize_location",
     "notification_from_dict",
@@ -32,7 +34,7 @@ __all__ = [
 
 SECRET_OPTION_KEYS = frozenset({
     "aws_secret_access_key", "aws_session_token", "access_key_secret", "security_token",
-    "secret_access_key", "password", "token",
+    "secret_access_key", "password", "token", "aws_access_key_id", "access_key_id",
 })
 
 
@@ -204,3 +206,8 @@ def backend_for(spec: VolumeSpec) -> Backend:
     except KeyError:
         raise ConfigError(f"volume {spec.name!r}: no backend for {spec.scheme}:// "
                           f"(known: {sorted(BACKENDS)})") from None
+
+
+# s3:// and oss:// register themselves (imported last: cloud.py builds on this module)
+from volume_stream import cloud as _cloud  # noqa: E402,F401
+from volume_stream.cloud import MnsNotification, SqsNotification  # noqa: E402
