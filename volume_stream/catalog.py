@@ -33,6 +33,7 @@ from volume_stream import changes as ch
 from volume_stream._store import CatalogState, Warehouse
 from volume_stream.errors import (
     AlreadyExistsError,
+    ConfigError,
     ConsumeConflictError,
     InvalidInputError,
     NotFoundError,
@@ -64,6 +65,17 @@ def _check_name(kind: str, name: str) -> str:
             f"invalid {kind} name {name!r}: use letters, digits and '_', starting with a letter "
             f"or '_' (at most 128 characters)")
     return name
+
+
+@contextmanager
+def _connector_errors(volume: str) -> Iterator[None]:
+    """Convert connector errors at the edge: missing or rejected credentials are ConfigError."""
+    from connectors.errors import CredentialsError
+
+    try:
+        yield
+    except CredentialsError as exc:
+        raise ConfigError(f"volume {volume!r}: {exc}") from exc
 
 
 def _now() -> str:
@@ -258,7 +270,8 @@ class Catalog:
         table = self._table(spec)
         started = datetime.now(UTC)
         lister = backend_for(spec).lister(self._with_options(spec))
-        listing = read_listing(lister.list(), spec.accepts())
+        with _connector_errors(volume):
+            listing = read_listing(lister.list(), spec.accepts())
         stored = table.snapshot(columns=["relative_path", "size", "etag", "last_modified_time"])
         threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
         if listing.num_rows + stored.num_rows > threshold:
@@ -295,9 +308,10 @@ class Catalog:
         With `until_idle=True` it returns once no events are pending (a queue drained, no file
         waiting for its debounce). Returns the totals.
         """
-        watcher = self.watcher(volume)
-        with watcher.listener:
-            return watcher.run(until_idle=until_idle, timeout=timeout)
+        with _connector_errors(volume):
+            watcher = self.watcher(volume)
+            with watcher.listener:
+                return watcher.run(until_idle=until_idle, timeout=timeout)
 
     def history(self, volume: str, limit: int | None = None) -> list[dict]:
         """The directory table's commits, newest first."""
