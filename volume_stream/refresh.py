@@ -58,9 +58,11 @@ def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: da
     right = spark.createDataFrame(stored.select(_KEYS).rename_columns(["relative_path"]
                                                                       + _STORED))
     joined = left.join(right, "relative_path", "full_outer")
-    same = F.lit(True)
-    for col in ("size", "etag", "last_modified_time"):
-        same = same & F.col(col).eqNullSafe(F.col(f"{col}_stored"))
+    no_etag = F.col("etag").isNull() | F.col("etag_stored").isNull()
+    same = (F.col("size").eqNullSafe(F.col("size_stored"))
+            & F.col("etag").eqNullSafe(F.col("etag_stored"))
+            & (~no_etag | F.col("last_modified_time").eqNullSafe(
+                F.col("last_modified_time_stored"))))
     differing = joined.where(~same).select(*_KEYS, *_STORED).toArrow()
     return _events(differing.cast(_joined_schema(listing.schema)), listed_at)
 
@@ -73,8 +75,12 @@ def _joined_schema(listing: pa.Schema) -> pa.Schema:
 def _events(joined: pa.Table, listed_at: datetime) -> tuple[list[FileEvent], int]:
     present = pc.is_valid(joined["size"])
     was_stored = pc.is_valid(joined["size_stored"])
+    # The etag (with the size) decides when both sides have one: object stores report
+    # LastModified at a coarser precision in listings than in events, so comparing times
+    # would turn every refresh into spurious updates. Without etags, the time decides.
+    no_etag = pc.or_(pc.is_null(joined["etag"]), pc.is_null(joined["etag_stored"]))
     changed = pc.or_(pc.or_(_differs(joined, "size"), _differs(joined, "etag")),
-                     _differs(joined, "last_modified_time"))
+                     pc.and_(no_etag, _differs(joined, "last_modified_time")))
     creates = joined.filter(pc.and_(present, pc.or_(pc.invert(was_stored), changed)))
     removes = joined.filter(pc.and_(pc.invert(present), was_stored))
     events: list[FileEvent] = []
