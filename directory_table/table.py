@@ -242,22 +242,30 @@ class DirectoryTable:
                 cols["_sequencer"], cols["_event_time"], strict=True)
         }
 
-    def _lookup(self, dt: DeltaTable, paths: list[str]) -> dict[str, StoredRow]:
+    @classmethod
+    def _find(cls, dt: DeltaTable, paths: list[str], columns: list[str]) -> dict[str, StoredRow]:
         if not paths:
             return {}
-        found = dt.to_pyarrow_dataset().to_table(
-            filter=pc.field("relative_path").isin(paths),
-            columns=["relative_path", "size", "etag", "last_modified_time", "_sequencer",
-                     "_event_time"],
-        )
-        return self._stored_rows(found)
+        dataset = dt.to_pyarrow_dataset()
+        wanted = pc.field("relative_path").isin(paths)
+        # Most batches are mostly new files: probe the key column alone first, and read the
+        # other columns only for the paths that are there.
+        present = dataset.to_table(filter=wanted, columns=["relative_path"])
+        if present.num_rows == 0:
+            return {}
+        if present.num_rows < len(paths):
+            wanted = pc.field("relative_path").isin(present["relative_path"])
+        return cls._stored_rows(dataset.to_table(filter=wanted, columns=columns))
+
+    def _lookup(self, dt: DeltaTable, paths: list[str]) -> dict[str, StoredRow]:
+        return self._find(dt, paths, ["relative_path", "size", "etag", "last_modified_time",
+                                      "_sequencer", "_event_time"])
 
     def _lookup_tombstones(self, paths: list[str]) -> dict[str, StoredRow]:
         tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
-        found = tomb.to_pyarrow_dataset().to_table(
-            filter=pc.field("relative_path").isin(paths),
-            columns=["relative_path", "_sequencer", "_event_time"])
-        return self._stored_rows(found)
+        if not tomb.file_uris():
+            return {}
+        return self._find(tomb, paths, ["relative_path", "_sequencer", "_event_time"])
 
     # ---------------------------------------------------------------- reads
     def snapshot(self, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
