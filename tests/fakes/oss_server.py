@@ -309,7 +309,9 @@ class OssBackend:
 
     def event_json(self, bucket: str, event_name: str, key: str, obj: StoredObject | None,
                    old: StoredObject | None, rule: NotificationRule, request_id: str) -> dict:
-        now = datetime.now(UTC)
+        # the event carries the request's time, which is also the object's Last-Modified (so a
+        # listing after the event agrees with it); a removal is stamped when it happens
+        now = datetime.fromtimestamp(obj.last_modified, UTC) if obj else datetime.now(UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S") + (
             f".{now.microsecond // 1000:03d}Z" if rule.time_precision == "ms" else ".000Z")
         size = len(obj.data) if obj else 0
