@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import logging
 import math
@@ -41,7 +42,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mns.account import Account
@@ -160,6 +161,29 @@ def to_file_event(record: OssRecord, scope: OssScope, *,
                          source_id=source_id)
     return FileEvent(EventKind.REMOVED, relative, event_time=record.event_time,
                      source_id=source_id)
+
+
+def _tie_break(event: FileEvent, enqueue_ms: int) -> FileEvent:
+    """Order same-second events across batches by when MNS enqueued them.
+
+    OSS stamps events to the second, so a put and a delete of one key in the same second would
+    otherwise compare equal, and the later one (in a later batch) would be ignored. MNS's
+    EnqueueTime has milliseconds: the lag from the event's second to its enqueueing, squashed
+    monotonically into [0, 1 s) and never past the lag itself (so the refined time is never
+    later than the enqueueing, and never reaches the next second), orders them. A redelivered
+    message keeps its EnqueueTime, so redeliveries still compare equal and change nothing.
+    """
+    t = event.event_time
+    if t.microsecond or not enqueue_ms:
+        return event
+    lag_ms = enqueue_ms - int(t.timestamp()) * 1000
+    if lag_ms <= 0:
+        return event
+    offset_us = int(lag_ms * 1000 * _SQUASH_MS / (lag_ms + _SQUASH_MS))
+    return dataclasses.replace(event, event_time=t + timedelta(microseconds=offset_us))
+
+
+_SQUASH_MS = 1000
 
 
 def _decode_body(body: str | bytes, where: str) -> tuple[str, str]:
@@ -473,7 +497,8 @@ class MnsListener:
             seen[message_id] = len(handles)
             handles.append(handle)
             info["events_skipped"] += parsed.skipped
-            events = self._events_of(parsed, info)
+            events = [_tie_break(e, message.enqueue_time)
+                      for e in self._events_of(parsed, info)]
             found.extend((e.event_time, message.enqueue_time, len(found) + i, e)
                          for i, e in enumerate(events))
             ignored += not events

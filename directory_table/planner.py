@@ -5,6 +5,11 @@ a `Plan`. Per path only the newest event counts (sequencer when both sides have 
 time, then arrival order); an event no newer than what the table holds is ignored; a CREATED
 whose image equals the stored one changes nothing. So redelivered and reordered events are
 harmless, and a batch of duplicates plans nothing.
+
+Refresh events are different: they state what a listing saw, diffed against version
+`base_version`. They are ordered by versions, not clocks (a listing's time and the store's
+event times come from different clocks): a path the table changed after `base_version` was
+changed by a newer event and is left alone; any other path takes the listing's state.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ class StoredRow:
     last_modified_time: datetime | None
     sequencer: str | None
     event_time: datetime | None
+    #: version that wrote the row (or, for a tombstone, that deleted it)
+    version: int | None = None
 
 
 @dataclass
@@ -65,20 +72,29 @@ def newest_per_path(events: Iterable[FileEvent]) -> tuple[dict[str, FileEvent], 
 
 
 def _same_image(event: FileEvent, row: StoredRow) -> bool:
-    return (event.size == row.size and event.etag == row.etag
-            and event.last_modified_time == row.last_modified_time)
+    if event.size != row.size or event.etag != row.etag:
+        return False
+    # With etags on both sides the etag decides: stores report LastModified at different
+    # precisions in events and listings. Without, the time is all there is.
+    return event.etag is not None or event.last_modified_time == row.last_modified_time
 
 
 def plan_changes(
     latest: Mapping[str, FileEvent],
     stored: Mapping[str, StoredRow],
     tombstones: Mapping[str, StoredRow],
+    base_version: int | None = None,
 ) -> Plan:
-    """Decide, per path, whether the newest event inserts, updates, deletes or does nothing."""
+    """Decide, per path, whether the newest event inserts, updates, deletes or does nothing.
+
+    With `base_version` (refresh events), see the module docstring.
+    """
     plan = Plan()
     for path, event in latest.items():
         row = stored.get(path)
-        if event.kind is EventKind.CREATED:
+        if base_version is not None:
+            _plan_listed(plan, event, row, tombstones.get(path), base_version)
+        elif event.kind is EventKind.CREATED:
             if row is None:
                 tomb = tombstones.get(path)
                 if tomb is not None and is_newer(event.sequencer, event.event_time,
@@ -99,3 +115,21 @@ def plan_changes(
             else:
                 plan.ignored += 1
     return plan
+
+
+def _plan_listed(plan: Plan, event: FileEvent, row: StoredRow | None,
+                 tomb: StoredRow | None, base_version: int) -> None:
+    changed_since = row.version if row is not None else (tomb.version if tomb else None)
+    if changed_since is not None and changed_since > base_version:
+        plan.ignored += 1
+    elif event.kind is EventKind.CREATED:
+        if row is None:
+            plan.inserts.append(event)
+        elif _same_image(event, row):
+            plan.unchanged += 1
+        else:
+            plan.updates.append(event)
+    elif row is not None:
+        plan.deletes.append(event)
+    else:
+        plan.ignored += 1

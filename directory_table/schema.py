@@ -46,5 +46,6 @@ TOMBSTONE_SCHEMA = pa.schema(
         pa.field("_sequencer", pa.string()),
         pa.field("_event_time", TS),
         pa.field("deleted_at", TS),
+        pa.field("deleted_version", pa.int64()),
     ]
 )

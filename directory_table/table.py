@@ -123,8 +123,13 @@ class DirectoryTable:
         return self.base_url + relative_path
 
     # ---------------------------------------------------------------- writes
-    def apply(self, events: Iterable[FileEvent]) -> ApplyResult:
+    def apply(self, events: Iterable[FileEvent], *, listed_at_version: int | None = None,
+              ) -> ApplyResult:
         """Apply a batch of events in one commit (DESIGN §4.1–4.3).
+
+        `listed_at_version` marks the events as a listing's differences from that version
+        (refresh):
+        they are ordered by versions rather than clocks (see `planner`).
 
         Example:
             >>> table.apply([FileEvent.removed("old.csv")]).deleted
@@ -139,7 +144,7 @@ class DirectoryTable:
             stored = self._lookup(dt, list(latest))
             missing = [p for p, e in latest.items() if p not in stored]
             tombstones = self._lookup_tombstones(missing) if missing else {}
-            plan = plan_changes(latest, stored, tombstones)
+            plan = plan_changes(latest, stored, tombstones, listed_at_version)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,
                              unchanged=plan.unchanged, events=len(events))
@@ -162,7 +167,7 @@ class DirectoryTable:
         props = CommitProperties(max_commit_retries=0,
                                  custom_metadata={_COMMIT_TS_KEY: now.isoformat()})
         if plan.deletes:
-            self._write_tombstones(plan.deletes, now)
+            self._write_tombstones(plan.deletes, now, version)
         changed = plan.inserts + plan.updates
         rows = self._rows(changed, version, now)
         if not plan.updates and not plan.deletes:
@@ -208,7 +213,7 @@ class DirectoryTable:
         cols["relative_path"] = paths["relative_path"]
         return pa.table(cols, schema=TABLE_SCHEMA)
 
-    def _write_tombstones(self, deletes: list[FileEvent], now: datetime) -> None:
+    def _write_tombstones(self, deletes: list[FileEvent], now: datetime, version: int) -> None:
         # Written before the directory commit: a crash in between leaves a tombstone for a
         # path that still exists, which only ever blocks events older than the delete.
         source = pa.table(
@@ -217,6 +222,7 @@ class DirectoryTable:
                 "_sequencer": pa.array([e.sequencer for e in deletes], pa.string()),
                 "_event_time": pa.array([e.event_time for e in deletes], TS),
                 "deleted_at": pa.array([now] * len(deletes), TS),
+                "deleted_version": pa.array([version] * len(deletes), pa.int64()),
             },
             schema=TOMBSTONE_SCHEMA,
         )
@@ -233,13 +239,14 @@ class DirectoryTable:
     @staticmethod
     def _stored_rows(table: pa.Table) -> dict[str, StoredRow]:
         cols = table.to_pydict()
+        n = table.num_rows
+        version = cols.get("_image_version") or cols.get("deleted_version") or [None] * n
         return {
-            path: StoredRow(size, etag, lmt, seq, evt)
-            for path, size, etag, lmt, seq, evt in zip(
-                cols["relative_path"], cols.get("size", [None] * table.num_rows),
-                cols.get("etag", [None] * table.num_rows),
-                cols.get("last_modified_time", [None] * table.num_rows),
-                cols["_sequencer"], cols["_event_time"], strict=True)
+            path: StoredRow(size, etag, lmt, seq, evt, v)
+            for path, size, etag, lmt, seq, evt, v in zip(
+                cols["relative_path"], cols.get("size", [None] * n), cols.get("etag", [None] * n),
+                cols.get("last_modified_time", [None] * n), cols["_sequencer"],
+                cols["_event_time"], version, strict=True)
         }
 
     @classmethod
@@ -259,13 +266,14 @@ class DirectoryTable:
 
     def _lookup(self, dt: DeltaTable, paths: list[str]) -> dict[str, StoredRow]:
         return self._find(dt, paths, ["relative_path", "size", "etag", "last_modified_time",
-                                      "_sequencer", "_event_time"])
+                                      "_sequencer", "_event_time", "_image_version"])
 
     def _lookup_tombstones(self, paths: list[str]) -> dict[str, StoredRow]:
         tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
         if not tomb.file_uris():
             return {}
-        return self._find(tomb, paths, ["relative_path", "_sequencer", "_event_time"])
+        return self._find(tomb, paths, ["relative_path", "_sequencer", "_event_time",
+                                        "deleted_version"])
 
     # ---------------------------------------------------------------- reads
     def snapshot(self, version: int | None = None, columns: list[str] | None = None) -> pa.Table:

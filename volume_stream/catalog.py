@@ -269,16 +269,21 @@ class Catalog:
         spec = self._volume(volume)
         table = self._table(spec)
         started = datetime.now(UTC)
+        # The version is pinned before listing: whatever the table learns while we list is
+        # newer than the listing, and apply leaves it alone (ordered by version, not clock).
+        base = table.version()
         lister = backend_for(spec).lister(self._with_options(spec))
         with _connector_errors(volume):
             listing = read_listing(lister.list(), spec.accepts())
-        stored = table.snapshot(columns=["relative_path", "size", "etag", "last_modified_time"])
+        stored = table.snapshot(base, columns=["relative_path", "size", "etag",
+                                               "last_modified_time", "_sequencer",
+                                               "_event_time"])
         threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
         if listing.num_rows + stored.num_rows > threshold:
             events, invalid = diff_listing_spark(self.spark, listing, stored, started)
         else:
             events, invalid = diff_listing(listing, stored, started)
-        result = table.apply(events)
+        result = table.apply(events, listed_at_version=base)
         seconds = (datetime.now(UTC) - started).total_seconds()
         log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", volume, listing.num_rows,
                  result.inserted, result.updated, result.deleted, seconds)

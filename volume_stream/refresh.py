@@ -23,6 +23,9 @@ __all__ = ["diff_listing", "diff_listing_spark", "read_listing"]
 
 _KEYS = ["relative_path", "size", "etag", "last_modified_time"]
 _STORED = ["size_stored", "etag_stored", "last_modified_time_stored"]
+#: kept from the stored row for REMOVED events: a delete found by a listing inherits the
+#: ordering key of the image it removes, so only a newer event can bring the path back
+_ORDER = ["_sequencer", "_event_time"]
 
 
 def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool]) -> pa.Table:
@@ -42,9 +45,12 @@ def _differs(left: pa.Table, col: str) -> pa.ChunkedArray:
 
 def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime,
                  ) -> tuple[list[FileEvent], int]:
-    """Events that make `stored` (relative_path, size, etag, last_modified_time) equal to
-    `listing`, joined in Arrow. Returns (events, invalid_paths)."""
-    stored = stored.select(_KEYS).rename_columns(["relative_path"] + _STORED)
+    """Events that make `stored` (relative_path, size, etag, last_modified_time, _sequencer,
+    _event_time) equal to `listing`, joined in Arrow. Returns (events, invalid_paths).
+
+    Apply them with `DirectoryTable.apply(events, listed_at_version=<the stored version>)`: they
+    are ordered by versions, not by clocks."""
+    stored = stored.select(_KEYS + _ORDER).rename_columns(["relative_path"] + _STORED + _ORDER)
     joined = listing.select(_KEYS).join(stored, "relative_path", join_type="full outer")
     return _events(joined, listed_at)
 
@@ -55,21 +61,22 @@ def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: da
     from pyspark.sql import functions as F
 
     left = spark.createDataFrame(listing.select(_KEYS))
-    right = spark.createDataFrame(stored.select(_KEYS).rename_columns(["relative_path"]
-                                                                      + _STORED))
+    right = spark.createDataFrame(stored.select(_KEYS + _ORDER).rename_columns(
+        ["relative_path"] + _STORED + _ORDER))
     joined = left.join(right, "relative_path", "full_outer")
     no_etag = F.col("etag").isNull() | F.col("etag_stored").isNull()
     same = (F.col("size").eqNullSafe(F.col("size_stored"))
             & F.col("etag").eqNullSafe(F.col("etag_stored"))
             & (~no_etag | F.col("last_modified_time").eqNullSafe(
                 F.col("last_modified_time_stored"))))
-    differing = joined.where(~same).select(*_KEYS, *_STORED).toArrow()
-    return _events(differing.cast(_joined_schema(listing.schema)), listed_at)
+    differing = joined.where(~same).select(*_KEYS, *_STORED, *_ORDER).toArrow()
+    return _events(differing.cast(_joined_schema(listing.schema, stored.schema)), listed_at)
 
 
-def _joined_schema(listing: pa.Schema) -> pa.Schema:
+def _joined_schema(listing: pa.Schema, stored: pa.Schema) -> pa.Schema:
     fields = [listing.field(k) for k in _KEYS]
-    return pa.schema(fields + [pa.field(f"{f.name}_stored", f.type) for f in fields[1:]])
+    return pa.schema(fields + [pa.field(f"{f.name}_stored", f.type) for f in fields[1:]]
+                     + [stored.field(c) for c in _ORDER])
 
 
 def _events(joined: pa.Table, listed_at: datetime) -> tuple[list[FileEvent], int]:
@@ -85,16 +92,19 @@ def _events(joined: pa.Table, listed_at: datetime) -> tuple[list[FileEvent], int
     removes = joined.filter(pc.and_(pc.invert(present), was_stored))
     events: list[FileEvent] = []
     invalid = 0
-    cols = creates.select(["relative_path", "size", "etag", "last_modified_time"]).to_pydict()
+    cols = creates.select(_KEYS).to_pydict()
     for path, size, etag, lmt in zip(cols["relative_path"], cols["size"], cols["etag"],
                                      cols["last_modified_time"], strict=True):
         try:
+            # the object's own time (the store's clock), so later events compare against it
             events.append(FileEvent(EventKind.CREATED, path, size=size, etag=etag,
-                                    last_modified_time=lmt, event_time=listed_at,
+                                    last_modified_time=lmt, event_time=lmt or listed_at,
                                     source_id="refresh"))
         except InvalidPathError:
             invalid += 1
-    for path in removes["relative_path"].to_pylist():
-        events.append(FileEvent(EventKind.REMOVED, path, event_time=listed_at,
-                                source_id="refresh"))
+    gone = removes.select(["relative_path", *_ORDER]).to_pydict()
+    for path, seq, evt in zip(gone["relative_path"], gone["_sequencer"], gone["_event_time"],
+                              strict=True):
+        events.append(FileEvent(EventKind.REMOVED, path, sequencer=seq,
+                                event_time=evt or listed_at, source_id="refresh"))
     return events, invalid

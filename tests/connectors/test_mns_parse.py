@@ -155,3 +155,26 @@ def test_same_second_events_keep_message_order_and_time():
                                 event(key="in/a", size=3)))
     assert [r.size for r in parsed.records] == [1, None, 3]
     assert len({r.event_time for r in parsed.records}) == 1
+
+
+def test_same_second_events_are_ordered_by_enqueue_time():
+    from datetime import UTC, datetime, timedelta
+
+    from connectors.events import FileEvent, is_newer
+    from connectors.mns import _tie_break
+
+    second = datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)
+    put = FileEvent.created("a", size=1, last_modified_time=second, event_time=second)
+    gone = FileEvent.removed("a", event_time=second)
+    ms = int(second.timestamp()) * 1000
+    refined_put, refined_gone = _tie_break(put, ms + 120), _tie_break(gone, ms + 130)
+    assert is_newer(None, refined_gone.event_time, None, refined_put.event_time) > 0
+    # a redelivery keeps its EnqueueTime: equal again
+    assert _tie_break(put, ms + 120).event_time == refined_put.event_time
+    # never later than the enqueueing, never into the next second, still ordered
+    for lag in (1, 999, 5_000, 60_000):
+        t = _tie_break(put, ms + lag).event_time
+        assert second < t < second + timedelta(seconds=1)
+        assert t <= second + timedelta(milliseconds=lag)
+    assert _tie_break(put, ms + 60_000).event_time > _tie_break(put, ms + 59_000).event_time
+    assert refined_put.last_modified_time == second

@@ -19,21 +19,34 @@ def table(rows):
          for r in rows], schema=LISTING_SCHEMA)
 
 
+def with_order(stored):
+    n = stored.num_rows
+    return (stored.append_column("_sequencer", pa.array(["0A"] * n, pa.string()))
+            .append_column("_event_time", pa.array([T - timedelta(hours=1)] * n,
+                                                   pa.timestamp("us", tz="UTC"))))
+
+
 def test_diff_kinds():
-    stored = table([("same", 1, T, "a"), ("gone", 1, T, "b"), ("resized", 1, T, "c"),
-                    ("retagged", 1, T, "d"), ("coarse_time", 1, T, "e"),
-                    ("untagged", 1, T, None)])
+    stored = with_order(table([("same", 1, T, "a"), ("gone", 1, T, "b"), ("resized", 1, T, "c"),
+                               ("retagged", 1, T, "d"), ("coarse_time", 1, T, "e"),
+                               ("untagged", 1, T, None)]))
     listing = table([("same", 1, T, "a"), ("resized", 2, T, "c"), ("retagged", 1, T, "D"),
                      # object stores list LastModified in whole seconds: same etag, no change
                      ("coarse_time", 1, T.replace(microsecond=0), "e"),
                      # without an etag the time is all we have
                      ("untagged", 1, T + timedelta(seconds=1), None),
                      ("new", 5, T, "n")])
-    events, invalid = diff_listing(listing, stored, T)
+    events, invalid = diff_listing(listing, stored, T + timedelta(minutes=5))
     got = sorted((e.kind.value, e.relative_path) for e in events)
     assert got == [("CREATED", "new"), ("CREATED", "resized"), ("CREATED", "retagged"),
                    ("CREATED", "untagged"), ("REMOVED", "gone")]
     assert invalid == 0
-    assert all(e.event_time == T and e.source_id == "refresh" for e in events)
+    assert all(e.source_id == "refresh" for e in events)
+    # a CREATED carries the object's own time; a REMOVED the ordering key of the image it
+    # removes, so only a newer event can bring the path back
+    (gone,) = [e for e in events if e.kind is EventKind.REMOVED]
+    assert (gone.sequencer, gone.event_time) == ("0A", T - timedelta(hours=1))
+    untagged = next(e for e in events if e.relative_path == "untagged")
+    assert untagged.event_time == T + timedelta(seconds=1)
     assert next(e for e in events if e.kind is EventKind.CREATED and
                 e.relative_path == "new").size == 5
