@@ -153,3 +153,18 @@ def test_time_travel_snapshot(table):
     table.apply([put("a", 2, t(2))])
     assert table.snapshot(1, columns=["size"])["size"].to_pylist() == [1]
     assert isinstance(table.snapshot(2), pa.Table)
+
+
+def test_listing_differences_are_ordered_by_version_not_clock(table):
+    table.apply([put("a", 1, t(1)), put("b", 1, t(1)), put("c", 1, t(1))])
+    base = table.version()
+    # while a listing runs, newer events change a and delete b
+    table.apply([put("a", 2, t(5)), rm("b", t(5))])
+    # the listing (taken against `base`) still saw the old a, b; it missed c's delete and
+    # found d. Its clock is far behind the store's: versions, not times, decide.
+    listing_time = t(-1000)
+    r = table.apply([put("a", 1, listing_time), put("b", 1, listing_time),
+                     rm("c", listing_time), put("d", 4, listing_time)],
+                    listed_at_version=base)
+    assert (r.inserted, r.deleted, r.ignored) == (1, 1, 2)
+    assert state(table) == {"a": 2, "d": 4}
