@@ -261,7 +261,7 @@ class DirectoryTable:
         if present.num_rows == 0:
             return {}
         if present.num_rows < len(paths):
-            wanted = pc.field("relative_path").isin(present["relative_path"])
+            wanted = pc.field("relative_path").isin(present["relative_path"].to_pylist())
         return cls._stored_rows(dataset.to_table(filter=wanted, columns=columns))
 
     def _lookup(self, dt: DeltaTable, paths: list[str]) -> dict[str, StoredRow]:
