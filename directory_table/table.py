@@ -254,15 +254,18 @@ class DirectoryTable:
         if not paths:
             return {}
         dataset = dt.to_pyarrow_dataset()
-        wanted = pc.field("relative_path").isin(paths)
-        # Most batches are mostly new files: probe the key column alone first, and read the
-        # other columns only for the paths that are there.
-        present = dataset.to_table(filter=wanted, columns=["relative_path"])
-        if present.num_rows == 0:
+        # Probe the key column alone (most batches are mostly new files), then read the other
+        # columns only for the rows that matched. The match runs on materialised keys rather
+        # than as a scan filter: delta-rs files can disagree on string vs string_view, which
+        # breaks pyarrow's statistics pruning.
+        keys = dataset.to_table(columns=["relative_path"])["relative_path"].cast(pa.string())
+        hits = pc.indices_nonzero(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
+        if len(hits) == 0:
             return {}
-        if present.num_rows < len(paths):
-            wanted = pc.field("relative_path").isin(present["relative_path"].to_pylist())
-        return cls._stored_rows(dataset.to_table(filter=wanted, columns=columns))
+        found = dataset.take(hits, columns=columns)
+        return cls._stored_rows(found.cast(pa.schema([
+            pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
+            for f in found.schema])))
 
     def _lookup(self, dt: DeltaTable, paths: list[str]) -> dict[str, StoredRow]:
         return self._find(dt, paths, ["relative_path", "size", "etag", "last_modified_time",
