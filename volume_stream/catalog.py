@@ -188,7 +188,7 @@ class Catalog:
                           recursive=bool(recursive),
                           notification=notification.to_dict() if notification else None,
                           options=dict(options), created_at=_now())
-        backend_for(spec)  # fail now, not at the first refresh
+        self._check_options(spec)  # fail now, not at the first refresh
         table_root = self.warehouse.volume_root(spec.name, spec.id)
         DirectoryTable.create(table_root, location, retention_days=spec.retention_days)
 
@@ -211,6 +211,17 @@ class Catalog:
         self._runtime_options[name] = dict(options)
         self._runtime_notifications[name] = notification
         return spec
+
+    @staticmethod
+    def _check_options(spec: VolumeSpec) -> None:
+        # Building a lister validates the connector options; clients and credentials are lazy,
+        # so this makes no call and needs no secret.
+        try:
+            backend_for(spec).lister(spec)
+        except TypeError as exc:
+            raise InvalidInputError(f"volume {spec.name!r}: bad option: {exc}") from exc
+        except ValueError as exc:
+            raise InvalidInputError(f"volume {spec.name!r}: {exc}") from exc
 
     def drop_volume(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
         """Remove a volume, its directory table and (with `cascade=True`) its streams."""
@@ -302,7 +313,8 @@ class Catalog:
         spec = self._with_options(self._volume(volume))
         notification = (self._runtime_notifications.get(volume)
                         or notification_from_dict(spec.notification))
-        listener = backend_for(spec).listener(spec, notification)
+        with _connector_errors(volume):
+            listener = backend_for(spec).listener(spec, notification)
         return VolumeWatcher(self._table(spec), listener, spec.accepts(),
                              lambda: self.refresh(volume))
 

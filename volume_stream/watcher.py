@@ -10,11 +10,14 @@ daemon drives several.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from connectors.base import Listener
+from connectors.base import Listener, Received
 from directory_table import ApplyResult, DirectoryTable
 
 __all__ = ["StepResult", "VolumeWatcher", "WatchMetrics"]
@@ -48,15 +51,49 @@ class StepResult:
     idle: bool
 
 
+@contextmanager
+def keep_invisible(listener: Listener, handles: Sequence[Any], *, every_s: float,
+                   visibility_s: int) -> Iterator[None]:
+    """While the block runs, extend the messages' visibility every `every_s` seconds, so a
+    long commit does not let the queue hand them to another receiver (DESIGN §6)."""
+    if not handles:
+        yield
+        return
+    stop = threading.Event()
+
+    def extend() -> None:
+        while not stop.wait(every_s):
+            try:
+                listener.extend(handles, visibility_s)
+            except Exception:  # the commit matters more; redelivery is harmless
+                log.warning("could not extend the visibility of %d messages", len(handles),
+                            exc_info=True)
+
+    thread = threading.Thread(target=extend, name="volume-stream-keep-invisible", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class VolumeWatcher:
-    """One receive → apply → ack cycle at a time, for one volume."""
+    """One receive → apply → ack cycle at a time, for one volume.
+
+    `extend_every_s` / `visibility_s`: while a batch is being committed, its messages' visibility
+    is extended every `extend_every_s` seconds by `visibility_s` seconds.
+    """
 
     def __init__(self, table: DirectoryTable, listener: Listener,
-                 accept: Callable[[str], bool], refresh: Callable[[], object]):
+                 accept: Callable[[str], bool], refresh: Callable[[], object], *,
+                 extend_every_s: float = 20.0, visibility_s: int = 120):
         self.table = table
         self.listener = listener
         self.accept = accept
         self.refresh = refresh
+        self.extend_every_s = extend_every_s
+        self.visibility_s = visibility_s
         self.metrics = WatchMetrics()
 
     def step(self, timeout: float) -> StepResult:
@@ -65,6 +102,16 @@ class VolumeWatcher:
         m.received += len(received.events)
         m.malformed += received.malformed
         m.ignored += received.ignored
+        with keep_invisible(self.listener, received.handles, every_s=self.extend_every_s,
+                            visibility_s=self.visibility_s):
+            result = self._commit(received)
+        # Acknowledge only now that the commit (if any) is durable.
+        if received.handles:
+            self.listener.ack(received.handles)
+        return StepResult(result, idle=received.empty and self.listener.idle)
+
+    def _commit(self, received: Received) -> ApplyResult | None:
+        m = self.metrics
         if received.needs_refresh:
             log.warning("listener lost events; running a full refresh")
             self.refresh()
@@ -81,10 +128,7 @@ class VolumeWatcher:
                 log.info("committed version %d: +%d ~%d -%d (%d events, %.3fs)", result.version,
                          result.inserted, result.updated, result.deleted, len(events),
                          result.seconds)
-        # Acknowledge only now that the commit (if any) is durable.
-        if received.handles:
-            self.listener.ack(received.handles)
-        return StepResult(result, idle=received.empty and self.listener.idle)
+        return result
 
     def run(self, *, until_idle: bool = False, timeout: float | None = None,
             poll: float = 0.5, on_step: Callable[[StepResult], None] | None = None,
