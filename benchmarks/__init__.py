@@ -1,0 +1,21 @@
+"""Benchmarks of volume-stream against same-run baselines: `python -m benchmarks` (`make bench`).
+
+Each benchmark module has `NAME`, `TITLE` and `run(ctx)`; it reports `Figure`s (our value, a
+baseline measured in the same run, their ratio, the target and PASS/MISS) through `ctx.report`.
+`--quick` runs the smallest sizes (used by the smoke test), `--only NAME` a subset; a JSON
+summary goes to `.bench/results.json`.
+
+    discovery    new files in a 1k/10k/100k-file local volume vs Spark's file source
+    stream_read  1k changes read from a 10k- and a 1M-row directory table
+    apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
+
+To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
+`ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
+"""
+
+from benchmarks import apply, discovery, stream_read
+
+#: in run order: the cheap, Spark-free one first
+BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery)}
+
+__all__ = ["BENCHMARKS"]
