@@ -41,6 +41,7 @@ class SqlResult:
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     _rows: list[dict[str, Any]] | None = field(default=None, repr=False)
     _df: DataFrame | None = field(default=None, repr=False)
+    _query: bool = field(default=False, repr=False)
     _spark: Callable[[], SparkSession] | None = field(default=None, repr=False)
 
     @property
@@ -62,17 +63,26 @@ class SqlResult:
 
     @property
     def is_query(self) -> bool:
-        """Whether the statement returned a Spark DataFrame (rather than DDL rows)."""
-        return self._df is not None and self._rows is None
+        """Whether the statement was a query answered by Spark (rather than DDL rows)."""
+        return self._query
 
     def to_arrow(self) -> pa.Table:
-        """The rows as a pyarrow Table."""
-        if self._rows is None and self._df is not None:
+        """The rows as a pyarrow Table (a DDL column of mixed types, such as DESCRIBE's
+        `value`, becomes text)."""
+        if self._query:
             return self._df.toArrow()
         rows = self.rows
+        columns = self.columns or (list(rows[0]) if rows else [])
         if not rows:
-            return pa.table({c: pa.array([], pa.string()) for c in self.columns})
-        return pa.Table.from_pylist([{k: _plain(v) for k, v in r.items()} for r in rows])
+            return pa.table({c: pa.array([], pa.string()) for c in columns})
+        data = {}
+        for column in columns:
+            values = [_plain(r.get(column)) for r in rows]
+            kinds = {type(v) for v in values if v is not None}
+            if len(kinds) > 1 and not kinds <= {int, float}:
+                values = [None if v is None else str(v) for v in values]
+            data[column] = values
+        return pa.table(data)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.rows)
