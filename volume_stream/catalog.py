@@ -133,6 +133,7 @@ class Catalog:
     def __init__(self, warehouse: Warehouse, spark: SparkSession | None = None):
         self.warehouse = warehouse
         self._spark = spark
+        self._source_registered = False
         # Options given to create_volume (secrets included) stay in this process only, for the
         # volume's listeners and readers; the catalog stores them without secrets.
         self._runtime_options: dict[str, dict[str, Any]] = {}
@@ -147,6 +148,11 @@ class Catalog:
             from volume_stream._spark import get_spark
 
             self._spark = get_spark()
+        if not self._source_registered:
+            from volume_stream.datasource import register
+
+            register(self._spark)  # spark.readStream.format("volume_stream")
+            self._source_registered = True
         return self._spark
 
     # ------------------------------------------------------------------ lookups

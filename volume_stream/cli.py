@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from volume_stream.errors import VolumeStreamError
@@ -209,7 +210,7 @@ def main() -> None:
     try:
         app()
     except VolumeStreamError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(1)
 
 

@@ -6,6 +6,8 @@
     ├── StaleStreamError         the stream's offset is older than the oldest kept version
     ├── ConsumeConflictError     another consumer moved the offset first
     ├── InvalidInputError        bad argument: mode, name, path, location (also a ValueError)
+    ├── SqlError                 (volume_stream.sql) a statement failed
+    │   └── SqlSyntaxError       names line, column and what was expected (also InvalidInputError)
     ├── ConfigError              bad or missing configuration, credentials
     └── WarehouseError           the warehouse folder is corrupt or not a warehouse
 
