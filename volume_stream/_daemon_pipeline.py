@@ -34,8 +34,9 @@ _TERMINATE_GRACE_S = 10.0
 class PipelineRunner:
     """Run one configured pipeline every `interval_s` (runs never overlap).
 
-    With `spec`, the command is `volume-stream run SPEC` with `VOLUME_STREAM_WAREHOUSE` set to
-    the daemon's warehouse; with `command`, that list is run as is (same environment).
+    With `spec`, the command is `volume-stream run SPEC --warehouse WAREHOUSE` (the daemon's
+    warehouse); with `command`, that list is run as is. Either way `VOLUME_STREAM_WAREHOUSE` is
+    set to the daemon's warehouse in the child's environment.
 
     Example:
         >>> PipelineRunner("p", PipelineConfig(command=["true"]), Path("wh"),
@@ -60,7 +61,8 @@ class PipelineRunner:
     def command(self) -> list[str]:
         if self.config.command is not None:
             return list(self.config.command)
-        return [sys.executable, "-m", "volume_stream.cli", "run", str(self.config.spec)]
+        return [sys.executable, "-m", "volume_stream.cli", "run", str(self.config.spec),
+                "--warehouse", str(self.warehouse)]
 
     def start(self) -> None:
         self._thread.start()

@@ -13,8 +13,10 @@ Failures back off exponentially (with jitter) and keep the batch: it is retried,
 acknowledged before it commits, so a crash or a stop at any point loses nothing (unacknowledged
 messages come back; local events lost with the process are healed by the start refresh) and
 applies nothing twice (the table ignores events it already holds). A batch that keeps failing
-while the table itself is fine is bisected to find the poison events; those go to a dead-letter
-file, the rest commit, and the batch's messages are left to the queue's redrive policy.
+is bisected: if some of its events commit, the ones that fail on their own are poison and go to
+a dead-letter file, and their messages are left to the queue's redrive policy; if none commits,
+a queue batch is released unacknowledged and a local one is retried, so neither a poison
+message nor a failing disk throws events away or stops the loop for good.
 """
 
 from __future__ import annotations
@@ -33,15 +35,27 @@ from typing import Any
 from connectors.events import FileEvent
 from volume_stream.config import DaemonTuning, VolumeConfig
 from volume_stream.metrics import DaemonMetrics
-from volume_stream.watcher import VolumeWatcher
+from volume_stream.watcher import VolumeWatcher, keep_invisible
 
 __all__ = ["VolumeRunner"]
 
 log = logging.getLogger("volume_stream.daemon")
 
-#: When every event of a batch fails on its own, the fault may be the table's storage (full,
-#: read-only) rather than the events: dead-letter them only after this many bisections.
-_ALL_BAD_ISOLATIONS = 3
+#: A bisection that finds this many failing single events and no success stops early: the
+#: fault is not in particular events (and bisecting a large batch would cost ~2n commits).
+_NOTHING_COMMITS_AFTER = 3
+
+
+class _NothingCommits(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@dataclass
+class _Bisection:
+    ok: int = 0
+    bad: list[tuple[FileEvent, Exception]] = field(default_factory=list)
 
 
 @dataclass
@@ -50,8 +64,10 @@ class _Batch:
     handles: list[Any] = field(default_factory=list)
     needs_refresh: bool = False
     attempts: int = 0
-    isolations: int = 0  # bisections in which every event failed
-    poisoned: bool = False  # some events were dead-lettered: leave the messages to the queue
+    released: bool = False  # nothing commits: give the messages back unacknowledged
+    poisoned: list[FileEvent] = field(default_factory=list)  # dead-lettered events
+    #: message id -> handle, when the listener says (`Received.info["handle_of_source"]`)
+    handle_of: dict[str, Any] = field(default_factory=dict)
 
 
 class VolumeRunner:
@@ -165,7 +181,13 @@ class VolumeRunner:
         self._commit_and_ack(self._pending)
 
     def _commit_and_ack(self, batch: _Batch) -> None:
-        self._apply(batch)
+        watcher = self._watcher
+        assert watcher is not None
+        # A long commit must not let the queue hand the messages to another receiver.
+        with keep_invisible(watcher.listener, batch.handles,
+                            every_s=getattr(watcher, "extend_every_s", 20.0),
+                            visibility_s=getattr(watcher, "visibility_s", 120)):
+            self._apply(batch)
         self._pending = None
         self._ack(batch)
 
@@ -307,6 +329,9 @@ class VolumeRunner:
         backlog = info.get("backlog", info.get("pending"))
         if isinstance(backlog, int | float):
             m.queue_backlog.labels(v).set(backlog)
+        handle_of = info.get("handle_of_source")
+        if isinstance(handle_of, dict):
+            batch.handle_of.update(handle_of)
         batch.events.extend(accepted)
         batch.handles.extend(received.handles)
         batch.needs_refresh |= bool(received.needs_refresh)
@@ -353,32 +378,45 @@ class VolumeRunner:
     def _isolate(self, batch: _Batch) -> None:
         """Find the events that fail on their own; dead-letter them, commit the rest.
 
-        If the table cannot even be read, the trouble is not the events: re-raise and back off.
-        If every event fails on its own, that may be storage too (full, read-only): only after
-        `_ALL_BAD_ISOLATIONS` such rounds are they dead-lettered.
+        Only a batch in which some events commit proves the table healthy, so only then are
+        the failing ones poison. If nothing commits (the table's storage is failing, or the
+        batch is all poison), nothing is dead-lettered: a queue batch is released unacknowledged
+        (its messages come back after their visibility timeout, and the queue's redrive policy
+        takes the poison ones), a local batch is retried with backoff.
         """
         assert self._watcher is not None
         self._watcher.table.version()  # the table is reachable, so suspect the events
-        bad = self._bisect(batch.events)
-        if not bad:
+        progress = _Bisection()
+        try:
+            self._bisect(batch.events, progress)
+            if progress.bad and not progress.ok:
+                raise _NothingCommits(progress.bad[-1][1])
+        except _NothingCommits as nothing:
+            if not batch.handles:
+                raise nothing.cause from None
+            batch.released = True
+            self.metrics.errors.labels(self.name, "apply").inc()
+            log.warning("volume %s: no event of a batch of %d commits (%s); releasing its %d "
+                        "messages to the queue unacknowledged", self.name, len(batch.events),
+                        nothing.cause, len(batch.handles), extra={"volume": self.name})
             return
-        if len(bad) == len(batch.events):
-            batch.isolations += 1
-            if batch.isolations < _ALL_BAD_ISOLATIONS:
-                raise bad[-1][1]
-        batch.poisoned = True
-        for event, exc in bad:
+        for event, exc in progress.bad:
+            batch.poisoned.append(event)
             self._dead_letter(event, exc)
 
-    def _bisect(self, events: list[FileEvent]) -> list[tuple[FileEvent, Exception]]:
+    def _bisect(self, events: list[FileEvent], progress: _Bisection) -> None:
         try:
             self._apply_events(events)
-            return []
+            progress.ok += 1
         except Exception as exc:
-            if len(events) == 1:
-                return [(events[0], exc)]
-            mid = len(events) // 2
-            return self._bisect(events[:mid]) + self._bisect(events[mid:])
+            if len(events) > 1:
+                mid = len(events) // 2
+                self._bisect(events[:mid], progress)
+                self._bisect(events[mid:], progress)
+                return
+            progress.bad.append((events[0], exc))
+            if not progress.ok and len(progress.bad) >= _NOTHING_COMMITS_AFTER:
+                raise _NothingCommits(exc) from exc
 
     def _dead_letter(self, event: FileEvent, exc: Exception) -> None:
         self.metrics.events_poison.labels(self.name).inc()
@@ -401,20 +439,29 @@ class VolumeRunner:
                       self.dead_letter_file, write_error)
 
     def _ack(self, batch: _Batch) -> None:
-        if not batch.handles:
+        handles = batch.handles
+        if batch.released:
             return
         if batch.poisoned:
-            log.warning("volume %s: leaving %d messages of a batch with poison events to the "
-                        "queue's redrive policy", self.name, len(batch.handles),
-                        extra={"volume": self.name})
+            sources = [e.source_id for e in batch.poisoned]
+            if all(s in batch.handle_of for s in sources):
+                held = {batch.handle_of[s] for s in sources}
+                handles = [h for h in handles if h not in held]
+            else:  # which message carried the poison is unknown: hold them all
+                held = set(handles)
+                handles = []
+            if held:
+                log.warning("volume %s: leaving %d messages with poison events to the queue's "
+                            "redrive policy", self.name, len(held), extra={"volume": self.name})
+        if not handles:
             return
         assert self._watcher is not None
         self._stage = "ack"
         try:
-            self._watcher.listener.ack(batch.handles)
+            self._watcher.listener.ack(handles)
         except Exception as exc:
             # Already committed: the messages come back and are ignored as duplicates.
             self.metrics.errors.labels(self.name, "ack").inc()
             log.warning("volume %s: acknowledging %d messages failed (they will be redelivered "
-                        "and ignored): %s", self.name, len(batch.handles), exc,
+                        "and ignored): %s", self.name, len(handles), exc,
                         extra={"volume": self.name})

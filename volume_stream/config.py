@@ -30,6 +30,7 @@ overridden from the environment is matched by its lower-case name). A bad file r
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import tomllib
 from pathlib import Path
@@ -110,6 +111,15 @@ class StreamConfig(_Section):
         return value.upper() if isinstance(value, str) else value
 
 
+def _parameters(cls: type) -> tuple[set[str], bool]:
+    """The keyword arguments `cls` takes, and whether it takes any (`**options`)."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls) if f.init}, False
+    params = inspect.signature(cls).parameters.values()
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
 class VolumeConfig(_Section):
     """One volume the daemon listens to.
 
@@ -147,9 +157,9 @@ class VolumeConfig(_Section):
                              f"allowed: {sorted(_NOTIFICATIONS)}")
         value["type"] = kind
         cls_ = _NOTIFICATIONS[kind]
-        allowed = {f.name for f in dataclasses.fields(cls_) if f.init}
+        allowed, open_ended = _parameters(cls_)
         unknown = sorted(set(value) - allowed - {"type"})
-        if unknown:
+        if unknown and not open_ended:
             raise ValueError(f"unknown notification key(s) {unknown} for type {kind}; "
                              f"allowed: {sorted(allowed)}")
         try:
@@ -168,8 +178,8 @@ class VolumeConfig(_Section):
 class PipelineConfig(_Section):
     """A pipeline the daemon runs every `interval_s` as a child process.
 
-    Either `spec` (run as `volume-stream run SPEC --warehouse WAREHOUSE`) or an explicit
-    `command` (a list of arguments) is required.
+    Either `spec` (run as `volume-stream run SPEC --warehouse WAREHOUSE`, the daemon's
+    warehouse) or an explicit `command` (a list of arguments) is required.
     """
 
     spec: Path | None = None
