@@ -8,14 +8,15 @@ summary goes to `.bench/results.json`.
     discovery    new files in a 1k/10k/100k-file local volume vs Spark's file source
     stream_read  1k changes read from a 10k- and a 1M-row directory table
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
+    latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
 """
 
-from benchmarks import apply, discovery, stream_read
+from benchmarks import apply, bench_latency, discovery, stream_read
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery)}
+BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery, bench_latency)}
 
 __all__ = ["BENCHMARKS"]

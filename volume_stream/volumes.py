@@ -25,8 +25,6 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "LocalNotification",
-    "MnsNotification",
-    "SqsNotification",
     "VolumeSpec",
     "normalize_location",
     "notification_from_dict",
@@ -62,6 +60,7 @@ def register_notification(type_name: str, cls: type) -> None:
 def notification_from_dict(data: dict[str, Any] | None):
     if not data:
         return None
+    _load_cloud()
     data = dict(data)
     kind = data.pop("type")
     cls = _NOTIFICATIONS.get(kind)
@@ -88,6 +87,7 @@ def normalize_location(location: str | os.PathLike) -> str:
         if not os.access(path, os.R_OK | os.X_OK):
             raise InvalidInputError(f"location {text!r} is not readable")
         return f"file://{path.as_posix().rstrip('/')}/"
+    _load_cloud()
     if parsed.scheme in BACKENDS:
         if not parsed.netloc:
             raise InvalidInputError(f"location {text!r} has no bucket")
@@ -201,6 +201,7 @@ def register_backend(scheme: str, backend: Backend) -> None:
 
 
 def backend_for(spec: VolumeSpec) -> Backend:
+    _load_cloud()
     try:
         return BACKENDS[spec.scheme]
     except KeyError:
@@ -208,6 +209,15 @@ def backend_for(spec: VolumeSpec) -> Backend:
                           f"(known: {sorted(BACKENDS)})") from None
 
 
-# s3:// and oss:// register themselves (imported last: cloud.py builds on this module)
-from volume_stream import cloud as _cloud  # noqa: E402,F401
-from volume_stream.cloud import MnsNotification, SqsNotification  # noqa: E402
+def _load_cloud() -> None:
+    # s3:// and oss:// register themselves when volume_stream.cloud is imported; it builds on
+    # this module, so it is loaded on first need rather than at import (no import cycle).
+    import volume_stream.cloud  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name in ("SqsNotification", "MnsNotification"):
+        from volume_stream import cloud
+
+        return getattr(cloud, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
