@@ -112,11 +112,13 @@ class S3Scope:
         if isinstance(self.suffix, list):
             object.__setattr__(self, "suffix", tuple(self.suffix))
 
-    def relative_path(self, bucket: str, key: str) -> str | None:
+    def relative_path(self, bucket: str, key: str, *, validate: bool = True) -> str | None:
         """The path of `key` relative to the volume, or None when it is not a file of it.
 
         Returns None for another bucket, a key outside the prefix, a folder marker (a key
         ending in '/'), a nested key when not recursive, or a key without the suffix.
+        `validate=False` skips the safety check, for callers that build a `FileEvent` (which
+        checks the path itself) and so would check every key twice.
 
         Raises:
             InvalidPathError: the key is in the volume but its relative path could escape or
@@ -131,7 +133,7 @@ class S3Scope:
             return None
         if self.suffix and not relative.endswith(self.suffix):
             return None
-        return validate_relative_path(relative)
+        return validate_relative_path(relative) if validate else relative
 
     def key(self, relative_path: str) -> str:
         """The object key of a volume-relative path (validated)."""

@@ -8,9 +8,12 @@ and decoded with `unquote_plus`; EventBridge keys are verbatim. `s3:TestEvent` m
 records that do not change content (tagging, ACL, restore...) carry no records.
 
 `SqsListener` implements the `Listener` protocol: one long poll, then, while a backlog lasts,
-parallel short polls on named worker threads; records outside the volume's `S3Scope` are
-ignored (their messages acknowledged); unparseable messages are logged with their MessageId,
-counted and left on the queue for its redrive policy.
+short polls on named worker threads that each poll again as soon as their call returns and
+parse what they got; records outside the volume's `S3Scope` are ignored (their messages
+acknowledged); unparseable messages are logged with their MessageId, counted and left on the
+queue for its redrive policy. The boto3 calls it makes are ReceiveMessage, DeleteMessageBatch,
+ChangeMessageVisibilityBatch and GetQueueAttributes (`backlog`): deploy/aws/listener-policy.json
+grants exactly those.
 
     with SqsListener(queue_url, bucket="bkt", prefix="in/") as listener:
         batch = listener.receive(timeout=20)
@@ -24,9 +27,9 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote_plus
@@ -135,7 +138,7 @@ def to_file_event(record: S3Record, scope: S3Scope, *,
     Example:
         >>> to_file_event(record, S3Scope("bkt", "in/"), source_id="m-1")  # doctest: +SKIP
     """
-    relative = scope.relative_path(record.bucket, record.key)
+    relative = scope.relative_path(record.bucket, record.key, validate=False)  # FileEvent does
     if relative is None:
         return None
     if record.kind is EventKind.CREATED:
@@ -292,6 +295,44 @@ def _chunks(items: Sequence[Any], size: int = _MAX_MESSAGES) -> list[Sequence[An
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One received message, parsed on the thread that received it."""
+
+    message: dict[str, Any]
+    parsed: ParsedMessage | None
+    error: MalformedMessageError | None
+    events: list[FileEvent] = field(default_factory=list)
+    info: dict[str, int] = field(default_factory=dict)
+
+
+class _Budget:
+    """How many more messages the drain may take; hands out numbered calls to the workers."""
+
+    def __init__(self, room: int) -> None:
+        self._lock = threading.Lock()
+        self.room = room
+        self.calls = 0
+        self.failure: ConnectorError | None = None
+
+    def take(self) -> tuple[int, int] | None:
+        with self._lock:
+            if self.failure is not None or self.room <= 0:
+                return None
+            count = min(_MAX_MESSAGES, self.room)
+            self.room -= count
+            self.calls += 1
+            return self.calls, count
+
+    def give_back(self, count: int) -> None:
+        with self._lock:
+            self.room += count
+
+    def fail(self, exc: ConnectorError) -> None:
+        with self._lock:
+            self.failure = exc
+
+
 class SqsListener:
     """Receive the S3 events of one volume from an SQS queue (`Listener` protocol).
 
@@ -352,6 +393,10 @@ class SqsListener:
     def receive(self, timeout: float) -> Received:
         """Long-poll up to `timeout` seconds (at most `wait_time_seconds`), then drain a backlog.
 
+        While a backlog lasts, up to `max_workers` threads each call ReceiveMessage again as
+        soon as their previous call returns (no lockstep rounds), and parse what they got while
+        the others wait on the network; a thread stops when its call comes back short.
+
         Returns:
             The events in arrival order, the receipt handles of every well-formed message
             (including ignored ones), and counts of malformed and ignored messages. `info`
@@ -365,40 +410,79 @@ class SqsListener:
         self._check_open()
         wait = int(max(0, min(self.wait_time_seconds, timeout)))
         first = self._receive_call(_MAX_MESSAGES, wait)
-        messages, calls = list(first), 1
-        full = len(first) == _MAX_MESSAGES
-        while full and len(messages) < self.max_batch_messages and not self._closed:
-            room = self.max_batch_messages - len(messages)
-            sizes = [min(_MAX_MESSAGES, room - i * _MAX_MESSAGES)
-                     for i in range(min(self.max_workers, math.ceil(room / _MAX_MESSAGES)))]
-            got, full = self._drain_round(sizes)
-            calls += len(sizes)
-            messages.extend(got)
-        self._idle = not messages
-        return self._digest(messages, calls)
+        items, calls = [self._parse(m) for m in first], 1
+        if len(first) == _MAX_MESSAGES and len(items) < self.max_batch_messages \
+                and not self._closed:
+            more, extra = self._drain(self.max_batch_messages - len(items))
+            items.extend(more)
+            calls += extra
+        self._idle = not items
+        return self._digest(items, calls)
 
-    def _drain_round(self, sizes: list[int]) -> tuple[list[dict[str, Any]], bool]:
-        """Short-poll in parallel; (messages, whether any call came back full)."""
+    def _drain(self, room: int) -> tuple[list[_Item], int]:
+        """Short-poll on the worker threads until the backlog or `room` runs out; returns
+        (the parsed messages in call order, the number of calls)."""
+        budget = _Budget(room)
+        workers = min(self.max_workers, math.ceil(room / _MAX_MESSAGES))
         try:
             pool = self._pool()
-            futures = [pool.submit(self._receive_call, n, 0) for n in sizes]
+            futures = [pool.submit(self._drain_worker, budget) for _ in range(workers)]
         except (ConnectorError, RuntimeError):  # closed meanwhile: return what we have
-            return [], False
-        # a concurrent close() cancels the calls not yet started
-        messages: list[dict[str, Any]] = []
-        full, failure = False, None
-        for future, n in zip(futures, sizes, strict=True):
+            return [], 0
+        calls: list[tuple[int, list[_Item]]] = []
+        for future in futures:
             try:
-                got = future.result()
-            except (ConnectorError, CancelledError) as exc:  # keep what the others received
-                failure = exc
+                calls.extend(future.result())
+            except CancelledError:  # a concurrent close() cancels workers not yet started
                 continue
-            messages.extend(got)
-            full = full or len(got) == n
-        if failure is not None:
-            logger.warning("stopped draining %s early: %s", self.queue_url, failure)
-            return messages, False
-        return messages, full
+        if budget.failure is not None:  # keep what the other calls received
+            logger.warning("stopped draining %s early: %s", self.queue_url, budget.failure)
+        calls.sort(key=lambda call: call[0])
+        return [item for _, got in calls for item in got], budget.calls
+
+    def _drain_worker(self, budget: _Budget) -> list[tuple[int, list[_Item]]]:
+        done: list[tuple[int, list[_Item]]] = []
+        while not self._closed:
+            ticket = budget.take()
+            if ticket is None:
+                break
+            index, count = ticket
+            try:
+                got = self._receive_call(count, 0)
+            except ConnectorError as exc:
+                budget.fail(exc)
+                break
+            budget.give_back(count - len(got))
+            done.append((index, [self._parse(m) for m in got]))
+            if len(got) < count:  # the backlog is thinning out: leave it to the next receive
+                break
+        return done
+
+    def _parse(self, message: dict[str, Any]) -> _Item:
+        """Parse one message and map its records to this volume's events (thread-safe)."""
+        message_id = message.get("MessageId")
+        try:
+            parsed = parse_message(message.get("Body"), message_id=message_id)
+        except MalformedMessageError as exc:
+            return _Item(message, None, exc)
+        info = dict.fromkeys(("records_ignored", "invalid_paths"), 0)
+        return _Item(message, parsed, None, self._events_of(parsed, info), info)
+
+    def backlog(self) -> int:
+        """Messages waiting on the queue (its ApproximateNumberOfMessages), for metrics.
+
+        Raises:
+            ConnectorError: the attributes cannot be read (e.g. no sqs:GetQueueAttributes).
+
+        Example:
+            >>> listener.backlog()  # doctest: +SKIP
+            1250
+        """
+        with translate_errors("sqs", f"GetQueueAttributes {self.queue_url}", self._options):
+            attributes = self._client.get_queue_attributes(
+                QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"],
+            ).get("Attributes", {})
+        return int(attributes.get("ApproximateNumberOfMessages", 0))
 
     def ack(self, handles: Sequence[Any]) -> None:
         """Delete the messages behind `handles` (DeleteMessageBatch, 10 at a time).
@@ -461,35 +545,34 @@ class SqsListener:
         with translate_errors("sqs", f"ReceiveMessage {self.queue_url}", self._options):
             return self._client.receive_message(**kwargs).get("Messages", [])
 
-    def _digest(self, messages: Iterable[dict[str, Any]], calls: int) -> Received:
+    def _digest(self, items: Sequence[_Item], calls: int) -> Received:
         events: list[FileEvent] = []
         handles: list[str] = []
         seen: dict[str, int] = {}
         malformed = ignored = 0
         info = dict.fromkeys(("test_events", "records_ignored", "invalid_paths", "duplicates"), 0)
-        count = 0
-        for message in messages:
-            count += 1
+        for item in items:
+            message = item.message
             message_id = message.get("MessageId")
             if message_id in seen:  # the same message twice in one batch: keep the new handle
                 handles[seen[message_id]] = message["ReceiptHandle"]
                 info["duplicates"] += 1
                 continue
-            try:
-                parsed = parse_message(message.get("Body"), message_id=message_id)
-            except MalformedMessageError as exc:
+            if item.parsed is None:
                 malformed += 1
                 logger.warning("leaving malformed message %s on %s for its redrive policy "
                                "(receive count %s): %s", message_id, self.queue_url,
-                               message.get("Attributes", {}).get("ApproximateReceiveCount"), exc)
+                               message.get("Attributes", {}).get("ApproximateReceiveCount"),
+                               item.error)
                 continue
             seen[message_id] = len(handles)
             handles.append(message["ReceiptHandle"])
-            info["test_events"] += parsed.is_test_event
-            found = self._events_of(parsed, info)
-            events.extend(found)
-            ignored += not found
-        info.update(messages=count, receive_calls=calls)
+            info["test_events"] += item.parsed.is_test_event
+            for key, count in item.info.items():
+                info[key] += count
+            events.extend(item.events)
+            ignored += not item.events
+        info.update(messages=len(items), receive_calls=calls)
         return Received(tuple(events), tuple(handles), malformed, ignored, info=info)
 
     def _events_of(self, parsed: ParsedMessage, info: dict[str, int]) -> list[FileEvent]:
