@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -309,15 +310,16 @@ class _Item:
 class _Budget:
     """How many more messages the drain may take; hands out numbered calls to the workers."""
 
-    def __init__(self, room: int) -> None:
+    def __init__(self, room: int, deadline: float = math.inf) -> None:
         self._lock = threading.Lock()
         self.room = room
+        self.deadline = deadline
         self.calls = 0
         self.failure: ConnectorError | None = None
 
     def take(self) -> tuple[int, int] | None:
         with self._lock:
-            if self.failure is not None or self.room <= 0:
+            if self.failure is not None or self.room <= 0 or time.monotonic() > self.deadline:
                 return None
             count = min(_MAX_MESSAGES, self.room)
             self.room -= count
@@ -366,6 +368,7 @@ class SqsListener:
         self.max_workers = max_workers
         self.wait_time_seconds = wait_time_seconds
         self.visibility_timeout = visibility_timeout
+        self._queue_visibility: int | None = None
         self.max_batch_messages = max_batch_messages
         client_options.setdefault("max_pool_connections", max_workers + 2)
         self._options = ClientOptions.of(**client_options)
@@ -422,7 +425,9 @@ class SqsListener:
     def _drain(self, room: int) -> tuple[list[_Item], int]:
         """Short-poll on the worker threads until the backlog or `room` runs out; returns
         (the parsed messages in call order, the number of calls)."""
-        budget = _Budget(room)
+        # Stop well before the first messages' visibility runs out: past it, the drain would
+        # receive its own messages again (and they would be redelivered to others).
+        budget = _Budget(room, time.monotonic() + 0.5 * self._visibility_s())
         workers = min(self.max_workers, math.ceil(room / _MAX_MESSAGES))
         try:
             pool = self._pool()
@@ -467,6 +472,24 @@ class SqsListener:
             return _Item(message, None, exc)
         info = dict.fromkeys(("records_ignored", "invalid_paths"), 0)
         return _Item(message, parsed, None, self._events_of(parsed, info), info)
+
+    def _visibility_s(self) -> float:
+        """The visibility timeout received messages get: ours, else the queue's (read once)."""
+        if self.visibility_timeout is not None:
+            return self.visibility_timeout
+        if self._queue_visibility is None:
+            try:
+                with translate_errors("sqs", f"GetQueueAttributes {self.queue_url}",
+                                      self._options):
+                    attributes = self._client.get_queue_attributes(
+                        QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"],
+                    ).get("Attributes", {})
+                self._queue_visibility = int(attributes.get("VisibilityTimeout", 30))
+            except ConnectorError as exc:
+                logger.warning("cannot read the visibility timeout of %s (%s); assuming SQS's "
+                               "default of 30 s", self.queue_url, exc)
+                self._queue_visibility = 30
+        return self._queue_visibility
 
     def backlog(self) -> int:
         """Messages waiting on the queue (its ApproximateNumberOfMessages), for metrics.

@@ -289,3 +289,22 @@ def test_unknown_queue_and_unknown_option(moto_server):
             listener.receive(timeout=0)
     with pytest.raises(TypeError, match="endpoint"):
         SqsListener(rig.queue_url, bucket="bkt", endpoint="http://x")
+
+
+def test_drain_stops_before_its_own_messages_become_visible_again(notified_bucket):
+    rig = notified_bucket
+    rig.purge()
+    for start in range(0, 300, 10):
+        rig.sqs.send_message_batch(QueueUrl=rig.queue_url, Entries=[
+            {"Id": str(i), "MessageBody": s3_body(rig.bucket, f"in/d{start + i}")}
+            for i in range(10)])
+    # a 1 s visibility: the drain must stop after ~0.5 s, long before receiving its own
+    # messages again; what it leaves stays on the queue for the next receive
+    with listen(rig, "in/", max_workers=2, visibility_timeout=1) as listener:
+        started = time.monotonic()
+        batch = listener.receive(timeout=2)
+        elapsed = time.monotonic() - started
+        paths = [e.relative_path for e in batch.events]
+        assert len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
+        assert elapsed < 5
+        listener.ack(batch.handles)
