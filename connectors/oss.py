@@ -24,7 +24,6 @@ import io
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +41,8 @@ from tenacity import (
 from connectors._alicloud import AliCloudOptions, is_transient_oss, translate_oss_errors
 from connectors.base import LISTING_SCHEMA
 from connectors.errors import ConnectorError
-from connectors.events import InvalidPathError, validate_relative_path
+from connectors.events import InvalidPathError
+from connectors.scope import BucketScope, normalize_prefix
 
 __all__ = ["OssLister", "OssReader", "OssScope", "normalize_etag", "normalize_prefix", "oss_url"]
 
@@ -78,71 +78,15 @@ def normalize_etag(etag: str | None) -> str | None:
     return etag.strip().removeprefix("W/").strip('"') or None
 
 
-def normalize_prefix(prefix: str | None) -> str:
-    """A volume prefix as a folder: no leading '/', one trailing '/', '' for a whole bucket.
+class OssScope(BucketScope):
+    """Which keys of which bucket make up a volume (see `connectors.scope.BucketScope`).
 
     Example:
-        >>> normalize_prefix("/logs/2024")
-        'logs/2024/'
-    """
-    prefix = (prefix or "").lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    if prefix:
-        validate_relative_path(prefix)
-    return prefix
-
-
-@dataclass(frozen=True)
-class OssScope:
-    """Which keys of which bucket make up a volume, and their volume-relative paths.
-
-    Example:
-        >>> scope = OssScope("bkt", "in", recursive=False, suffix=".csv")
-        >>> scope.relative_path("bkt", "in/a.csv"), scope.relative_path("bkt", "in/x/a.csv")
-        ('a.csv', None)
+        >>> OssScope("bkt", "in").url("a b.csv")
+        'oss://bkt/in/a b.csv'
     """
 
-    bucket: str
-    prefix: str = ""
-    recursive: bool = True
-    suffix: str | tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.bucket:
-            raise ValueError("bucket must not be empty")
-        object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
-        if isinstance(self.suffix, list):
-            object.__setattr__(self, "suffix", tuple(self.suffix))
-
-    def relative_path(self, bucket: str, key: str) -> str | None:
-        """The path of `key` relative to the volume, or None when it is not a file of it.
-
-        None for another bucket, a key outside the prefix, a folder marker (ends in '/'), a
-        nested key when not recursive, or a key without the suffix.
-
-        Raises:
-            InvalidPathError: the key is in the volume but its relative path is unsafe
-                ('..' or '.' segments, '//', control characters).
-        """
-        if bucket != self.bucket or not key.startswith(self.prefix):
-            return None
-        relative = key[len(self.prefix):]
-        if not relative or relative.endswith("/"):
-            return None
-        if not self.recursive and "/" in relative:
-            return None
-        if self.suffix and not relative.endswith(self.suffix):
-            return None
-        return validate_relative_path(relative)
-
-    def key(self, relative_path: str) -> str:
-        """The object key of a volume-relative path (validated)."""
-        return self.prefix + validate_relative_path(relative_path)
-
-    def url(self, relative_path: str) -> str:
-        """The `oss://` URL of a volume-relative path, for the directory table's `url` column."""
-        return oss_url(self.bucket, self.key(relative_path))
+    scheme = "oss"
 
 
 _retry_transient = retry(

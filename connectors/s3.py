@@ -24,7 +24,6 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
@@ -41,6 +40,7 @@ from connectors._aws import ClientOptions, error_code, is_transient, translate_e
 from connectors.base import LISTING_SCHEMA
 from connectors.errors import ConnectorError, ObjectNotFoundError
 from connectors.events import InvalidPathError, validate_relative_path
+from connectors.scope import BucketScope, normalize_prefix
 
 __all__ = ["S3Lister", "S3Reader", "S3Scope", "normalize_etag", "normalize_prefix", "s3_url"]
 
@@ -75,73 +75,15 @@ def normalize_etag(etag: str | None) -> str | None:
     return etag.strip('"') or None
 
 
-def normalize_prefix(prefix: str | None) -> str:
-    """A volume prefix as a folder: no leading '/', one trailing '/', '' for a whole bucket.
+class S3Scope(BucketScope):
+    """Which keys of which bucket make up a volume (see `connectors.scope.BucketScope`).
 
     Example:
-        >>> normalize_prefix("/logs/2024")
-        'logs/2024/'
-    """
-    prefix = (prefix or "").lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    if prefix:
-        validate_relative_path(prefix)
-    return prefix
-
-
-@dataclass(frozen=True)
-class S3Scope:
-    """Which keys of which bucket make up a volume, and their volume-relative paths.
-
-    Example:
-        >>> scope = S3Scope("bkt", "in", recursive=False, suffix=".csv")
-        >>> scope.relative_path("bkt", "in/a.csv"), scope.relative_path("bkt", "in/x/a.csv")
-        ('a.csv', None)
+        >>> S3Scope("bkt", "in").url("a b.csv")
+        's3://bkt/in/a b.csv'
     """
 
-    bucket: str
-    prefix: str = ""
-    recursive: bool = True
-    suffix: str | tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.bucket:
-            raise ValueError("bucket must not be empty")
-        object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
-        if isinstance(self.suffix, list):
-            object.__setattr__(self, "suffix", tuple(self.suffix))
-
-    def relative_path(self, bucket: str, key: str, *, validate: bool = True) -> str | None:
-        """The path of `key` relative to the volume, or None when it is not a file of it.
-
-        Returns None for another bucket, a key outside the prefix, a folder marker (a key
-        ending in '/'), a nested key when not recursive, or a key without the suffix.
-        `validate=False` skips the safety check, for callers that build a `FileEvent` (which
-        checks the path itself) and so would check every key twice.
-
-        Raises:
-            InvalidPathError: the key is in the volume but its relative path could escape or
-                alias another key ('..' or '.' segments, '//', control characters).
-        """
-        if bucket != self.bucket or not key.startswith(self.prefix):
-            return None
-        relative = key[len(self.prefix):]
-        if not relative or relative.endswith("/"):
-            return None
-        if not self.recursive and "/" in relative:
-            return None
-        if self.suffix and not relative.endswith(self.suffix):
-            return None
-        return validate_relative_path(relative) if validate else relative
-
-    def key(self, relative_path: str) -> str:
-        """The object key of a volume-relative path (validated)."""
-        return self.prefix + validate_relative_path(relative_path)
-
-    def url(self, relative_path: str) -> str:
-        """The `s3://` URL of a volume-relative path, for the directory table's `url` column."""
-        return s3_url(self.bucket, self.key(relative_path))
+    scheme = "s3"
 
 
 _retry_transient = retry(
