@@ -28,7 +28,7 @@ from tests.fakes.mns_server import FakeMnsServer
 from tests.fakes.oss_server import DEFAULT_EVENTS, FakeOssServer, NotificationRule
 
 __all__ = ["FAKE_ACCESS_KEY_ID", "FAKE_ACCESS_KEY_SECRET", "AliCloudVolume", "alicloud_env",
-           "make_volume", "mns_server", "oss_server"]
+           "make_volume", "mns_server", "oss_server", "vol"]
 
 FAKE_ACCESS_KEY_ID = "LTAI5tFakeAccessKeyId01"
 FAKE_ACCESS_KEY_SECRET = "fake-access-key-secret-0123456789"
@@ -102,3 +102,12 @@ def make_volume(mns_server: FakeMnsServer, oss_server: FakeOssServer, *, prefix:
         time_precision=time_precision, rule_id=f"rule-{n}")
     return AliCloudVolume(bucket, queue_name, prefix, mns_server.endpoint, oss_server.endpoint,
                           oss, queue, rule)
+
+
+@pytest.fixture
+def vol(mns_server, oss_server):
+    """A fresh volume (bucket, queue with VisibilityTimeout 5 s, a rule for every key), closed
+    after the test."""
+    volume = make_volume(mns_server, oss_server, visibility_timeout=5)
+    yield volume
+    volume.close()

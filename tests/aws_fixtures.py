@@ -24,7 +24,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-__all__ = ["AwsRig", "aws_env", "make_rig", "moto_server", "notified_bucket", "queue_counts"]
+__all__ = ["RIG_VISIBILITY", "AwsRig", "aws_env", "make_rig", "moto_server", "notified_bucket",
+           "queue_counts", "rig"]
 
 FAKE_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -118,6 +119,19 @@ def make_rig(endpoint: str, *, prefix_filter: str | None = None, queue_attribute
 def notified_bucket(moto_server: str) -> Iterator[AwsRig]:
     """A fresh bucket notifying a fresh queue (the queue starts with moto's s3:TestEvent)."""
     rig = make_rig(moto_server)
+    yield rig
+    rig.sqs.delete_queue(QueueUrl=rig.queue_url)
+
+
+RIG_VISIBILITY = 2  # the `rig` queue's VisibilityTimeout, seconds
+
+
+@pytest.fixture
+def rig(aws_env: str) -> Iterator[AwsRig]:
+    """A bucket notifying a queue (VisibilityTimeout 2 s) through the environment's endpoint
+    (`aws_env`), the s3:TestEvent already gone."""
+    rig = make_rig(aws_env, queue_attributes={"VisibilityTimeout": str(RIG_VISIBILITY)})
+    rig.purge()
     yield rig
     rig.sqs.delete_queue(QueueUrl=rig.queue_url)
 

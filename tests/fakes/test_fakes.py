@@ -22,14 +22,8 @@ from tests.alicloud_fixtures import (  # noqa: F401
     make_volume,
     mns_server,
     oss_server,
+    vol,
 )
-
-
-@pytest.fixture
-def vol(mns_server, oss_server):
-    volume = make_volume(mns_server, oss_server, visibility_timeout=5)
-    yield volume
-    volume.close()
 
 
 def drain(queue) -> list:

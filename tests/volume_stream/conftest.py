@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,6 +27,18 @@ def data_dir(tmp_path):
 def volume(catalog, data_dir):
     catalog.create_volume("vol", data_dir)
     return "vol"
+
+
+@pytest.fixture
+def db(spark, tmp_path):
+    """A fresh Spark database under tmp_path, current for the test, dropped after it."""
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'spark-db'}'")
+    previous = spark.catalog.currentDatabase()
+    spark.catalog.setCurrentDatabase(name)
+    yield name
+    spark.catalog.setCurrentDatabase(previous)
+    spark.sql(f"DROP DATABASE {name} CASCADE")
 
 
 class Events:

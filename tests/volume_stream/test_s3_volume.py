@@ -28,7 +28,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,27 +44,18 @@ from tests.aws_fixtures import (  # noqa: F401
     make_rig,
     moto_server,
     queue_counts,
+    rig,
     wait_until,
 )
 from tests.volume_stream.conftest import rows
 from volume_stream.volumes import backend_for
 
 REPO = Path(__file__).resolve().parents[2]
-VISIBILITY = 2  # the test queues' VisibilityTimeout, seconds
 
 
 @pytest.fixture
 def cat(tmp_path):
     return vs.connect(tmp_path / "warehouse")  # no Spark needed: Arrow reads only
-
-
-@pytest.fixture
-def rig(aws_env) -> Iterator[AwsRig]:
-    """A bucket notifying a queue (VisibilityTimeout 2 s), the s3:TestEvent already gone."""
-    rig = make_rig(aws_env, queue_attributes={"VisibilityTimeout": str(VISIBILITY)})
-    rig.purge()
-    yield rig
-    rig.sqs.delete_queue(QueueUrl=rig.queue_url)
 
 
 def add_volume(cat, rig: AwsRig, name: str = "vol", prefix: str = "in/", *,
@@ -638,126 +628,3 @@ def test_explicit_options_override_the_environment_and_secrets_stay_in_memory(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_ENV["AWS_ACCESS_KEY_ID"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_ENV["AWS_SECRET_ACCESS_KEY"])
     assert again.refresh("vol").version is None and watch(again).versions == []
-
-
-# ------------------------------------------------------- stream semantics: local == s3 (§5)
-class LocalDriver:
-    """Files in a folder, committed by refresh."""
-
-    def __init__(self, cat, root: Path) -> None:
-        self.cat, self.root = cat, root
-        cat.create_volume("vol", root)
-
-    def put(self, path: str, size: int) -> None:
-        (self.root / path).write_bytes(b"x" * size)
-
-    def rm(self, path: str) -> None:
-        (self.root / path).unlink()
-
-    def sync(self) -> int | None:
-        return self.cat.refresh("vol").version
-
-
-class S3Driver:
-    """Objects in moto's S3, committed by watching their SQS events."""
-
-    def __init__(self, cat, rig: AwsRig) -> None:
-        self.cat, self.rig = cat, rig
-        add_volume(cat, rig)
-
-    def put(self, path: str, size: int) -> None:
-        self.rig.put("in/" + path, b"x" * size)
-
-    def rm(self, path: str) -> None:
-        self.rig.s3.delete_object(Bucket=self.rig.bucket, Key="in/" + path)
-
-    def sync(self) -> int | None:
-        versions = watch(self.cat).versions
-        assert len(versions) <= 1, versions
-        assert queue_counts(self.rig) == (0, 0)
-        return versions[0] if versions else None
-
-
-@pytest.fixture(params=["local", "s3"])
-def driver(request, cat, tmp_path):
-    if request.param == "local":
-        (tmp_path / "data").mkdir()
-        return LocalDriver(cat, tmp_path / "data")
-    return S3Driver(cat, request.getfixturevalue("rig"))
-
-
-def test_semantics_insert(cat, driver):
-    cat.create_stream("s", "vol")
-    driver.put("a.txt", 3)
-    assert driver.sync() == 1
-    assert rows(cat.read_stream_arrow("s")) == [("INSERT", "a.txt", 3, 1)]
-
-
-def test_semantics_delete_shows_the_old_image_and_version(cat, driver):
-    driver.put("a.txt", 3)
-    driver.sync()
-    cat.create_stream("s", "vol")
-    driver.put("b.txt", 1)
-    driver.sync()
-    driver.rm("a.txt")
-    assert driver.sync() == 3
-    assert rows(cat.read_stream_arrow("s")) == [("DELETE", "a.txt", 3, 1),
-                                                ("INSERT", "b.txt", 1, 2)]
-
-
-def test_semantics_update_pair_with_each_images_version(cat, driver):
-    driver.put("a.txt", 3)
-    driver.sync()
-    cat.create_stream("s", "vol")
-    for size in (4, 5):
-        driver.put("a.txt", size)
-        driver.sync()
-    assert rows(cat.read_stream_arrow("s")) == [("UPDATE_AFTER", "a.txt", 5, 3),
-                                                ("UPDATE_BEFORE", "a.txt", 3, 1)]
-    history = {h["version"]: h["timestamp"] for h in cat.history("vol")}
-    for record in cat.read_stream_arrow("s").to_pylist():
-        assert record["__commit_timestamp"] == history[record["__commit_version"]]
-
-
-def test_semantics_absent_at_both_ends_is_nothing(cat, driver):
-    cat.create_stream("s", "vol")
-    driver.put("a.txt", 3)
-    driver.sync()
-    driver.rm("a.txt")
-    assert driver.sync() == 2
-    assert cat.read_stream_arrow("s").num_rows == 0
-
-
-def test_semantics_append_only_keeps_inserts(cat, driver):
-    driver.put("old.txt", 1)
-    driver.sync()
-    cat.create_stream("s", "vol", mode="APPEND_ONLY")
-    driver.put("a.txt", 1)
-    driver.sync()
-    driver.put("a.txt", 2)
-    driver.rm("old.txt")
-    driver.sync()
-    driver.rm("a.txt")
-    driver.sync()
-    driver.put("a.txt", 7)
-    assert driver.sync() == 5
-    assert rows(cat.read_stream_arrow("s")) == [("INSERT", "a.txt", 1, 2),
-                                                ("INSERT", "a.txt", 7, 5)]
-
-
-def test_semantics_initial_rows(cat, driver, spark):  # consume() builds a Spark DataFrame
-    driver.put("a.txt", 1)
-    driver.put("b.txt", 2)
-    driver.sync()
-    cat.create_stream("s", "vol", show_initial_rows=True)
-    cat.create_stream("t", "vol", mode="APPEND_ONLY", show_initial_rows=True)
-    driver.put("c.txt", 3)
-    driver.sync()
-    expected = [("INSERT", "a.txt", 1, 1), ("INSERT", "b.txt", 2, 1), ("INSERT", "c.txt", 3, 2)]
-    assert rows(cat.read_stream_arrow("s")) == expected
-    assert rows(cat.read_stream_arrow("t")) == expected
-    with cat.consume("s") as batch:
-        assert rows(batch.records) == expected
-    driver.rm("a.txt")
-    driver.sync()
-    assert rows(cat.read_stream_arrow("s")) == [("DELETE", "a.txt", 1, 1)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -29,17 +28,6 @@ def data(tmp_path):
     folder.mkdir()
     (folder / "a.txt").write_text("hello")
     return folder
-
-
-@pytest.fixture
-def db(spark, tmp_path):
-    name = f"t_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'spark-db'}'")
-    previous = spark.catalog.currentDatabase()
-    spark.catalog.setCurrentDatabase(name)
-    yield name
-    spark.catalog.setCurrentDatabase(previous)
-    spark.sql(f"DROP DATABASE {name} CASCADE")
 
 
 def sql(*args, input=None, ok=True):

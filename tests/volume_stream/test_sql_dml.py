@@ -5,24 +5,11 @@ under tmp_path (Spark's default in-memory catalog; no Hive, no Delta jars)."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 import volume_stream as vs
 from tests.volume_stream.conftest import rows
 from volume_stream.sql import SqlError, SqlSyntaxError
-
-
-@pytest.fixture
-def db(spark, tmp_path):
-    name = f"t_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'spark-db'}'")
-    previous = spark.catalog.currentDatabase()
-    spark.catalog.setCurrentDatabase(name)
-    yield name
-    spark.catalog.setCurrentDatabase(previous)
-    spark.sql(f"DROP DATABASE {name} CASCADE")
 
 
 def apply(catalog, *events):

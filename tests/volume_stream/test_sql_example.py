@@ -8,10 +8,7 @@ statement 3 swapped for the local variant given in the example's own header."""
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
-
-import pytest
 
 from volume_stream._sql_ddl import parse
 from volume_stream._sql_volume import plan_volume
@@ -38,17 +35,6 @@ def image(path: Path, colour: str, fmt: str) -> None:
     from PIL import Image
 
     Image.new("RGB", (8, 6), COLOURS[colour]).save(path, fmt)
-
-
-@pytest.fixture
-def db(spark, tmp_path):
-    name = f"t_{uuid.uuid4().hex[:8]}"
-    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'spark-db'}'")
-    previous = spark.catalog.currentDatabase()
-    spark.catalog.setCurrentDatabase(name)
-    yield name
-    spark.catalog.setCurrentDatabase(previous)
-    spark.sql(f"DROP DATABASE {name} CASCADE")
 
 
 def test_the_example_is_the_seed_and_runs_as_written(catalog, db):
