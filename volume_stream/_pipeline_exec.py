@@ -3,7 +3,8 @@ its rows as Parquet data files straight into the Delta table folders, uncommitte
 
 The driver ships a `TaskPlan` (the chunk's change records, the pickled UDF, the volume's object
 reader) inside a `mapInArrow` over `spark.range(tasks)`; task `i` takes records `i, i+tasks,
-...` (striped, so folders of big files spread over tasks), calls the UDF once per file, retries
+...` (striped, so folders of big files spread over tasks; or a contiguous slice when data files
+should cover narrow path ranges, for deletes to prune), calls the UDF once per file, retries
 transient read errors with exponential back-off, writes result rows and error rows to Parquet
 files in the target and errors table folders, and returns only a small manifest: one row per
 file written (path, size, row count, Delta stats) and one row of counters. Rows never travel to
@@ -133,7 +134,8 @@ def apply_udf(fn: Any, record: FileRecord, udf_schema: pa.Schema, *, max_attempt
     any other exception (or rows that do not fit the schema) fails the file at once.
 
     Example:
-        >>> table, error, attempts = apply_udf(lambda f: {"n": 1}, rec, pa.schema([("n", pa.int64())]))
+        >>> schema = pa.schema([("n", pa.int64())])
+        >>> table, error, attempts = apply_udf(lambda f: {"n": 1}, record, schema)
     """
     names = frozenset(udf_schema.names)
     for attempt in range(1, max_attempts + 1):
@@ -253,6 +255,15 @@ class TaskPlan:
     file_prefix: str
     max_attempts: int = 3
     retry_backoff_s: float = 0.5
+    striped: bool = True
+
+    def share(self, index: int) -> pa.Table:
+        """Task `index`'s records."""
+        n = self.records.num_rows
+        if self.striped:
+            return self.records.take(pa.array(range(index, n, self.tasks), pa.int64()))
+        start, stop = n * index // self.tasks, n * (index + 1) // self.tasks
+        return self.records.slice(start, stop - start)
 
 
 def _error_row(record: FileRecord, exc: BaseException, attempt: int, batch_id: int) -> dict:
@@ -288,9 +299,7 @@ def run_task(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
     errors = _DataFile(plan.errors_uri, ERROR_SCHEMA, prefix)
     ok = failed = 0
     try:
-        mine = plan.records.take(pa.array(range(index, plan.records.num_rows, plan.tasks),
-                                          pa.int64()))
-        for rec in mine.to_pylist():
+        for rec in plan.share(index).to_pylist():
             record = FileRecord(relative_path=rec["relative_path"], url=rec["url"],
                                 size=rec["size"], last_modified_time=rec["last_modified_time"],
                                 etag=rec["etag"], change_type=rec["__change_type"],

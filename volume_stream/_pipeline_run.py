@@ -21,12 +21,14 @@ import os
 import signal
 import sys
 import time
+import uuid
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction
 
 from volume_stream import changes as ch
 from volume_stream._pipeline_exec import (
@@ -57,9 +59,9 @@ CRASH_ENV = "VOLUME_STREAM_TEST_CRASH_AT"
 def crash_point(name: str) -> None:
     """Die at once, like a power cut, if `$VOLUME_STREAM_TEST_CRASH_AT` names this point.
 
-    Points: `after_errors_commit` (errors table committed, target not), `after_chunk_commit`
-    (first chunk of several committed), `after_target_commit` (all output committed, offset
-    not moved). Only tests set the variable; it is read here and nowhere else.
+    Points: `after_errors_commit` (a chunk's errors committed, its target rows not),
+    `after_target_commit` (all output committed, offset not moved). Only tests set the
+    variable (tests/volume_stream/test_pipeline_crash.py); it is read here and nowhere else.
     """
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -185,6 +187,7 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
     n_chunks = max(1, -(-(total - done) // size))
     reader = backend_for(volume).reader(catalog._with_options(volume))
     udf_blob = dump_udf(pipeline.udf)
+    run_id = uuid.uuid4().hex[:8]  # names this run's data files, to clean up after a failure
     with _progress_bar(pipeline, n_chunks) as bar:
         task = bar.add_task(f"{stream} batch {batch_id}", total=total,
                             completed=done) if bar else None
@@ -197,12 +200,18 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
             plan = TaskPlan(records=chunk.filter(chunk["_process"]).select(RECORD_COLUMNS),
                             tasks=0, udf_blob=udf_blob, udf_schema=udf_schema, reader=reader,
                             target_uri=target.uri, errors_uri=errors.uri, batch_id=batch_id,
-                            file_prefix=f"part-b{batch_id}-f{start}",
+                            file_prefix=f"part-b{batch_id}-f{start}-{run_id}",
                             max_attempts=opts.max_attempts,
-                            retry_backoff_s=opts.retry_backoff_s)
-            manifest = _run_spark(catalog.spark, plan, opts.parallelism,
-                                  f"volume-stream pipeline {stream} batch {batch_id} "
-                                  f"files {start}-{stop} of {total}")
+                            retry_backoff_s=opts.retry_backoff_s,
+                            striped=opts.on_delete != "delete_rows")
+            try:
+                manifest = _run_spark(catalog.spark, plan, opts.parallelism,
+                                      f"volume-stream pipeline {stream} batch {batch_id} "
+                                      f"files {start}-{stop} of {total}")
+            except BaseException:
+                for sink in (target, errors):  # files of tasks that finished before the failure
+                    sink.discard_prefix(plan.file_prefix)
+                raise
             removals, rows_deleted = [], 0
             if opts.on_delete == "delete_rows":
                 paths = set(chunk.filter(chunk["_remove"])["relative_path"].to_pylist())
@@ -213,19 +222,21 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
                     "end_version": end, "files": [start, stop], "files_total": total}
             commit = {"app_id": app_id, "batch_id": batch_id, "done": stop,
                       "end_version": end, "plan": fingerprint, "metadata": meta}
+            rewritten = [{"path": r.path} for r in removals if isinstance(r, AddAction)]
+            pending_errors = manifest["errors"]
             try:
-                if manifest["errors"] and errors_done < stop:
-                    errors.commit(edt, DeltaSink.add_actions(manifest["errors"]), **commit)
+                if pending_errors and errors_done < stop:
+                    errors.commit(edt, DeltaSink.add_actions(pending_errors), **commit)
+                    pending_errors = []
                     crash_point("after_errors_commit")
-                elif manifest["errors"]:
-                    errors.discard(manifest["errors"])
                 target.commit(tdt, [*removals, *DeltaSink.add_actions(manifest["target"])],
                               **commit)
-            except CommitFailedError as exc:
-                errors.discard(manifest["errors"])
-                target.discard(manifest["target"])
-                now = catalog.describe_stream(stream)["offset"]
-                raise ConsumeConflictError(stream, a, now) from exc
+            except CommitFailedError as exc:  # another run committed this batch's app id
+                target.discard([*manifest["target"], *rewritten])
+                errors.discard(pending_errors)
+                raise ConsumeConflictError(stream, a, catalog._stream(stream)[0]["offset"]
+                                           ) from exc
+            errors.discard(pending_errors)  # already in the errors table from an earlier run
             for key, value in (("files_ok", manifest["ok"]), ("files_failed", manifest["failed"]),
                                ("rows_written", sum(m["num_rows"] for m in manifest["target"])),
                                ("rows_deleted", rows_deleted), ("commits", 1)):
@@ -235,8 +246,6 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
             if bar:
                 bar.update(task, completed=stop)
             start = stop
-            if start < total:
-                crash_point("after_chunk_commit")
     crash_point("after_target_commit")
     catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id)
     return PipelineMetrics(**metrics, **counts, seconds=time.monotonic() - started)

@@ -105,9 +105,15 @@ class DeltaSink:
         try:
             dt = DeltaTable(self.uri)
         except TableNotFoundError:
-            DeltaTable.create(self.uri, schema=self._delta_schema, mode="ignore",
-                              name=os.path.basename(self.uri.rstrip("/")),
-                              description=f"volume-stream pipeline {self.role} table")
+            try:
+                DeltaTable.create(self.uri, schema=self._delta_schema, mode="ignore",
+                                  name=os.path.basename(self.uri.rstrip("/")),
+                                  description=f"volume-stream pipeline {self.role} table")
+            except Exception as exc:  # lost a race to create it? then it exists now
+                try:
+                    DeltaTable(self.uri)
+                except TableNotFoundError:
+                    raise exc from None
             dt = DeltaTable(self.uri)
         want, have = _types(self._delta_schema.to_json()), _types(dt.schema().to_json())
         if want != have:
@@ -159,6 +165,15 @@ class DeltaSink:
             except OSError:
                 pass
 
+    def discard_prefix(self, prefix: str) -> None:
+        """Delete the uncommitted data files whose names start with `prefix` (one run's)."""
+        fs, base = pafs.FileSystem.from_uri(self.uri)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        except OSError:
+            return
+        self.discard({"path": i.base_name} for i in infos if i.base_name.startswith(prefix))
+
     def rewrite_without(self, dt: DeltaTable, paths: set[str]
                         ) -> tuple[list[AddAction | RemoveAction], int]:
         """Actions removing every row whose `relative_path` is in `paths` (copy-on-write of
@@ -182,14 +197,15 @@ class DeltaSink:
                 i = bisect.bisect_left(wanted, lo)
                 if i == len(wanted) or wanted[i] > hi:
                     continue  # no wanted path within this file's [min, max]
-            rel = unquote(f["path"])
-            table = pq.read_table(f"{base}/{rel}", filesystem=fs, schema=self.schema)
-            hit = pc.is_in(table["relative_path"], value_set=value_set)
-            n_hit = pc.sum(hit).as_py() or 0
+            where = f"{base}/{unquote(f['path'])}"
+            keys = pq.read_table(where, filesystem=fs, columns=["relative_path"])
+            n_hit = pc.sum(pc.is_in(keys["relative_path"], value_set=value_set)).as_py() or 0
             if not n_hit:
                 continue
             removed += n_hit
             actions.append(RemoveAction(f["path"], True, now, f["size_bytes"], {}))
+            table = pq.read_table(where, filesystem=fs, schema=self.schema)
+            hit = pc.is_in(table["relative_path"], value_set=value_set)
             keep = table.filter(pc.invert(pc.fill_null(hit, False)))
             if keep.num_rows:
                 name = f"part-rw-{uuid.uuid4().hex}.snappy.parquet"

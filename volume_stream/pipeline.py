@@ -29,10 +29,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from volume_stream.errors import InvalidInputError
 
@@ -338,8 +339,15 @@ class Pipeline:
         self.catalog = catalog
         self.stream = stream
         self.udf = udf
-        catalog.describe_stream(stream)  # fail now if the stream is unknown or stale
+        _, volume = catalog._stream(stream)  # fail now if the stream or its volume is gone
         self.target_uri = resolve_target(catalog.warehouse.root, target)
+        if volume.scheme == "file" and "://" not in self.target_uri:
+            root = os.path.realpath(unquote(urlparse(volume.location).path))
+            where = os.path.realpath(self.target_uri)
+            if os.path.commonpath([root, where]) == root:
+                raise InvalidInputError(
+                    f"target {where} is inside volume {volume.name!r} ({root}): its files would "
+                    f"come back as changes of the stream; put the target elsewhere")
         self.errors_uri = self.target_uri.rstrip("/") + "_errors"
         self.target = target
         udf_schema = udf.arrow_schema()
