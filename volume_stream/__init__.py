@@ -38,6 +38,7 @@ _LAZY = {
     "file_udf": "volume_stream.pipeline",
     "FileRecord": "volume_stream.pipeline",
     "Pipeline": "volume_stream.pipeline",
+    "PipelineMetrics": "volume_stream.pipeline",
     "SqsNotification": "volume_stream.cloud",
     "SqlResult": "volume_stream.sql",
     "SqlError": "volume_stream.sql",
@@ -58,10 +59,13 @@ __all__ = [
     "DaemonConfig",
     "EventKind",
     "FileEvent",
+    "FileRecord",
     "InvalidInputError",
     "LocalNotification",
     "MnsNotification",
     "NotFoundError",
+    "Pipeline",
+    "PipelineMetrics",
     "RefreshMetrics",
     "SqlError",
     "SqlResult",
@@ -72,6 +76,7 @@ __all__ = [
     "WarehouseError",
     "__version__",
     "connect",
+    "file_udf",
 ]
 
 

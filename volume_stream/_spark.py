@@ -21,10 +21,14 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream") -> Spa
     if active is not None:
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    # Under spark-submit (a gateway is already running) its --master wins; else local.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        from volume_stream.settings import Settings
+
+        builder = builder.master(master or Settings().spark_master or "local[*]")
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("VOLUME_STREAM_SPARK_MASTER", "local[*]"))
-        .config("spark.sql.session.timeZone", "UTC")
+        builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")

@@ -38,7 +38,7 @@ out = Console(width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True)
 
 Warehouse = Annotated[Path | None, typer.Option(
-    "--warehouse", "-w", help="Warehouse folder [default: ./warehouse or $VOLUME_STREAM_WAREHOUSE]")]
+    "--warehouse", "-w", help="Warehouse folder (default: ./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
