@@ -30,7 +30,6 @@ import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
-from volume_stream import changes as ch
 from volume_stream._pipeline_exec import (
     ERROR_SCHEMA,
     MANIFEST_DDL,
@@ -41,7 +40,7 @@ from volume_stream._pipeline_exec import (
     run_partition,
 )
 from volume_stream._pipeline_sink import DeltaSink
-from volume_stream.errors import ConsumeConflictError, StaleStreamError, VolumeStreamError
+from volume_stream.errors import ConsumeConflictError, VolumeStreamError
 from volume_stream.pipeline import PipelineMetrics
 from volume_stream.volumes import backend_for
 
@@ -75,20 +74,8 @@ def app_id_for(stream: str, spec: dict[str, Any]) -> str:
 
 
 def changes_between(catalog: Any, name: str, spec: dict, volume: Any, a: int, b: int) -> pa.Table:
-    """The stream's change records for exactly (a, b], as `Catalog.read_stream_arrow` would
-    give them if `b` were the latest version (a retry must see the range it pinned)."""
-    table = catalog._table(volume)
-    oldest = table.oldest_version()
-    if a < oldest:
-        raise StaleStreamError(name, a, oldest)
-    if spec["initial_pending"]:
-        if spec["mode"] == "STANDARD":
-            return ch.initial_rows(table.snapshot(b))
-        return pa.concat_tables([ch.initial_rows(table.snapshot(a)),
-                                 ch.append_only_changes(table.changes(a, b))])
-    if spec["mode"] == "STANDARD":
-        return ch.standard_changes(table.changes(a, b))
-    return ch.append_only_changes(table.changes(a, b))
+    """The stream's change records for exactly (a, b] (a retry must see the range it pinned)."""
+    return catalog.records_between(name, spec, volume, a, b)
 
 
 def plan_items(records: pa.Table, options: Any) -> pa.Table:

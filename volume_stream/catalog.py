@@ -425,22 +425,30 @@ class Catalog:
 
     def _pending(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
         spec, volume = self._stream(name)
+        a, b = spec["offset"], self._table(volume).version()
+        return self.records_between(name, spec, volume, a, b), spec, a, b
+
+    def records_between(self, name: str, spec: dict[str, Any], volume: VolumeSpec, a: int,
+                        b: int) -> pa.Table:
+        """The change records stream `name` (with `spec`, on `volume`) shows for exactly (a, b]:
+        what `read_stream` returns when `b` is the latest version; a retry that pinned `b`
+        sees the same records later.
+
+        Raises:
+            StaleStreamError: `a` is older than the oldest kept version.
+        """
         table = self._table(volume)
-        a, b = spec["offset"], table.version()
         oldest = table.oldest_version()
         if a < oldest:
             raise StaleStreamError(name, a, oldest)
         if spec["initial_pending"]:
             if spec["mode"] == "STANDARD":
-                records = ch.initial_rows(table.snapshot(b))
-            else:
-                records = pa.concat_tables([ch.initial_rows(table.snapshot(a)),
-                                            ch.append_only_changes(table.changes(a, b))])
-        elif spec["mode"] == "STANDARD":
-            records = ch.standard_changes(table.changes(a, b))
-        else:
-            records = ch.append_only_changes(table.changes(a, b))
-        return records, spec, a, b
+                return ch.initial_rows(table.snapshot(b))
+            return pa.concat_tables([ch.initial_rows(table.snapshot(a)),
+                                     ch.append_only_changes(table.changes(a, b))])
+        if spec["mode"] == "STANDARD":
+            return ch.standard_changes(table.changes(a, b))
+        return ch.append_only_changes(table.changes(a, b))
 
     def read_stream_arrow(self, name: str) -> pa.Table:
         """`read_stream` as a pyarrow Table (no Spark needed)."""
