@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from volume_stream._daemon_volume import LoopThread
 from volume_stream.config import PipelineConfig
 from volume_stream.metrics import DaemonMetrics
 
@@ -31,7 +32,7 @@ log = logging.getLogger("volume_stream.daemon")
 _TERMINATE_GRACE_S = 10.0
 
 
-class PipelineRunner:
+class PipelineRunner(LoopThread):
     """Run one configured pipeline every `interval_s` (runs never overlap).
 
     With `spec`, the command is `volume-stream run SPEC --warehouse WAREHOUSE` (the daemon's
@@ -63,17 +64,6 @@ class PipelineRunner:
             return list(self.config.command)
         return [sys.executable, "-m", "volume_stream.cli", "run", str(self.config.spec),
                 "--warehouse", str(self.warehouse)]
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     def status(self) -> dict[str, Any]:
         return {"alive": self.alive, "running": self.running, "runs": self.runs,

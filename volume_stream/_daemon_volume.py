@@ -70,7 +70,25 @@ class _Batch:
     handle_of: dict[str, Any] = field(default_factory=dict)
 
 
-class VolumeRunner:
+class LoopThread:
+    """Lifecycle of an object that runs its loop on `self._thread` (set by the subclass)."""
+
+    _thread: threading.Thread
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the loop to end; True if it did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+class VolumeRunner(LoopThread):
     """The receive → commit → acknowledge loop of one volume, on its own thread.
 
     Args:
@@ -116,18 +134,6 @@ class VolumeRunner:
                                         daemon=True)
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the loop to end; True if it did."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
     @property
     def ready(self) -> bool:
         """Listening, the start refresh done, and the last cycle succeeded."""
