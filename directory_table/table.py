@@ -258,11 +258,14 @@ class DirectoryTable:
         # columns only for the rows that matched. The match runs on materialised keys rather
         # than as a scan filter: delta-rs files can disagree on string vs string_view, which
         # breaks pyarrow's statistics pruning.
+        wanted = pa.array(paths, pa.string())
         keys = dataset.to_table(columns=["relative_path"])["relative_path"].cast(pa.string())
-        hits = pc.indices_nonzero(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
-        if len(hits) == 0:
+        if not pc.any(pc.is_in(keys, value_set=wanted)).as_py():
             return {}
-        found = dataset.take(hits, columns=columns)
+        # One projected read filtered in memory beats a Dataset.take of scattered rows.
+        table = dataset.to_table(columns=columns)
+        found = table.filter(pc.is_in(table["relative_path"].cast(pa.string()),
+                                      value_set=wanted))
         return cls._stored_rows(found.cast(pa.schema([
             pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
             for f in found.schema])))
