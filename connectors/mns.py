@@ -39,6 +39,7 @@ import logging
 import math
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -442,6 +443,22 @@ class MnsListener:
                 self._executor = ThreadPoolExecutor(self.max_workers,
                                                     thread_name_prefix="volume-stream-mns")
             return self._executor
+
+    def backlog(self) -> int:
+        """Messages waiting on the queue (its ActiveMessages attribute), for metrics.
+
+        Raises:
+            ConnectorError: the attributes cannot be read (e.g. no mns:GetQueueAttributes).
+
+        Example:
+            >>> listener.backlog()  # doctest: +SKIP
+            1250
+        """
+        with translate_mns_errors(f"GetQueueAttributes {self.queue_name}"), \
+                warnings.catch_warnings():
+            # aliyun-mns-sdk 1.3 marks ActiveMessages deprecated but offers no replacement yet
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return int(self._queue().get_attributes().active_messages)
 
     def _queue(self) -> Any:
         """This thread's SDK queue client (one HTTP connection each; raw, undecoded bodies)."""

@@ -262,3 +262,14 @@ def test_credentials(monkeypatch, mns_server, vol):
     with MnsListener(vol.mns_endpoint, vol.queue_name, bucket=vol.bucket, wait_seconds=0) as sts:
         with pytest.raises(ConnectorError, match="AccessDenied"):
             sts.receive(timeout=0)
+
+
+def test_backlog_counts_waiting_messages(mns_server, vol, listen):
+    listener = listen()
+    assert listener.backlog() == left(mns_server, vol) == 0
+    for i in range(3):
+        vol.oss.put_object(f"in/b{i}.txt", b"x")
+    assert listener.backlog() == 3
+    got = listener.receive(timeout=0)
+    listener.ack(got.handles)
+    assert listener.backlog() == 0
