@@ -148,7 +148,9 @@ class VolumeConfig(_Section):
     def _known_notification(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is None:
             return None
-        from volume_stream.volumes import _NOTIFICATIONS  # the registry of notification types
+        from volume_stream.volumes import notification_types
+
+        _NOTIFICATIONS = notification_types()
 
         value = dict(value)
         kind = str(value.get("type", "")).upper()

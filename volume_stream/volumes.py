@@ -57,6 +57,12 @@ def register_notification(type_name: str, cls: type) -> None:
     _NOTIFICATIONS[type_name] = cls
 
 
+def notification_types() -> dict[str, type]:
+    """Every notification type by name, the cloud ones included (they register on first need)."""
+    _load_cloud()
+    return dict(_NOTIFICATIONS)
+
+
 def notification_from_dict(data: dict[str, Any] | None):
     if not data:
         return None
