@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +46,9 @@ from directory_table.schema import (
     TOMBSTONE_SCHEMA,
     TS,
 )
+
+if TYPE_CHECKING:
+    from directory_table.maintenance import OptimizeResult
 
 __all__ = ["ApplyResult", "CommitConflict", "DirectoryTable", "TableMissing"]
 
@@ -444,6 +448,29 @@ class DirectoryTable:
         versions = [int(i.base_name.split(".")[0]) for i in infos
                     if i.base_name.endswith(".json") and i.base_name.split(".")[0].isdigit()]
         return min(versions) if versions else 0
+
+    # ---------------------------------------------------------------- maintenance
+    def optimize(self, *, max_files_per_bucket: int = 4, target_size: int | None = None,
+                 migrate: bool = False, buckets: int = DEFAULT_BUCKETS,
+                 checkpoint: bool = True) -> OptimizeResult:
+        """Compact the buckets holding more than `max_files_per_bucket` data files (one
+        `dataChange=false` commit: no change records, stream offsets stay valid), in the
+        directory table and its tombstones; then write a checkpoint and drop log entries older
+        than the table's log retention. With `migrate`, a table in the pre-bucket layout is
+        first rewritten into `buckets` buckets (`migrate()`). See `directory_table.maintenance`.
+        """
+        from directory_table.maintenance import optimize
+
+        return optimize(self, max_files_per_bucket=max_files_per_bucket,
+                        target_size=target_size, migrate_layout=migrate, buckets=buckets,
+                        checkpoint=checkpoint)
+
+    def migrate(self, *, buckets: int = DEFAULT_BUCKETS) -> int | None:
+        """Rewrite a table of the pre-bucket layout into `buckets` buckets (one commit, left
+        out of `changes()`); returns its version, or None when already bucketed."""
+        from directory_table.maintenance import migrate
+
+        return migrate(self, buckets=buckets)
 
     # ---------------------------------------------------------------- retention
     def apply_retention(self, retention_days: float) -> dict:
