@@ -22,9 +22,12 @@ import bisect
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 __all__ = [
@@ -160,22 +163,44 @@ def plain_types(table: pa.Table) -> pa.Table:
 
 def read_matching(dt: DeltaTable, files: list[str], paths: list[str], columns: list[str],
                   ) -> pa.Table | None:
-    """The rows of `paths` found in the given data files (paths relative to the table),
-    read through the table's own storage (local, S3, OSS alike): the key column of each file
-    first, the other `columns` only of files that hold a match. None when nothing matched."""
+    """The rows of `paths` found in the given data files (paths relative to the table), in
+    one multi-threaded scan filtered as it reads. None when nothing matched."""
     if not files:
         return None
+    dataset = _files_dataset(dt, files, columns)
+    value_set = pa.array(paths, pa.string())
+    # Filtered batch by batch in memory, not as a scan filter: delta-rs files can disagree
+    # on string vs string_view, which breaks pyarrow's statistics pruning.
+    found = []
+    for batch in dataset.to_batches(columns=columns):
+        keys = batch.column("relative_path")
+        if not pa.types.is_string(keys.type):
+            keys = keys.cast(pa.string())
+        hits = batch.filter(pc.is_in(keys, value_set=value_set))
+        if hits.num_rows:
+            found.append(plain_types(pa.Table.from_batches([hits])))
+    return pa.concat_tables(found, promote_options="permissive") if found else None
+
+
+def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.Dataset:
+    """A dataset of some of the table's data files, read as plain (non-view) types: straight
+    from the local disk when the table is local, else through delta-rs's storage handler."""
+    full = dt.schema().to_arrow()
+    schema = pa.schema([pa.field(c, _plain(pa.schema(full).field(c).type)) for c in columns])
+    uri = dt.table_uri
+    if uri.startswith("file://") or "://" not in uri:
+        root = uri.removeprefix("file://").rstrip("/")
+        return ds.dataset([f"{root}/{unquote(f)}" for f in files], schema=schema,
+                          format="parquet", filesystem=pafs.LocalFileSystem())
     dataset = dt.to_pyarrow_dataset()
     wanted = set(files)
-    value_set = pa.array(paths, pa.string())
-    found = []
-    for fragment in dataset.get_fragments():
-        if fragment.path not in wanted:
-            continue
-        keys = fragment.to_table(columns=["relative_path"])["relative_path"].cast(pa.string())
-        mask = pc.is_in(keys, value_set=value_set)
-        if not pc.any(mask).as_py():
-            continue
-        rows = plain_types(fragment.to_table(columns=columns))
-        found.append(rows.filter(mask))
-    return pa.concat_tables(found, promote_options="permissive") if found else None
+    fragments = [f for f in dataset.get_fragments() if f.path in wanted]
+    return ds.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    return t
