@@ -36,7 +36,9 @@ __all__ = [
     "MIGRATED_KEY",
     "Layout",
     "bucket_array",
+    "bucket_groups",
     "bucket_of",
+    "for_layout",
     "in_list",
     "plain_types",
     "read_matching",
@@ -78,7 +80,10 @@ class Layout:
         meta = dt.metadata()
         bucketed = list(meta.partition_columns) == [BUCKET_COLUMN]
         config = meta.configuration
-        buckets = int(config.get(BUCKETS_KEY, "1")) if bucketed else 1
+        if bucketed and BUCKETS_KEY not in config:
+            raise ValueError(f"{dt.table_uri}: partitioned by {BUCKET_COLUMN} but no "
+                             f"{BUCKETS_KEY} in its configuration")
+        buckets = int(config[BUCKETS_KEY]) if bucketed else 1
         migrated = config.get(MIGRATED_KEY)
         return cls(buckets=max(1, buckets), bucketed=bucketed,
                    migrated_version=int(migrated) if bucketed and migrated else None)
@@ -86,17 +91,54 @@ class Layout:
     def bucket_of(self, relative_path: str) -> int:
         return bucket_of(relative_path, self.buckets)
 
-    def merge_predicate(self, paths: list[str], buckets: Iterable[int],
-                        max_literal_paths: int = 256) -> str:
-        """`t` ⋈ `s` on the path, restricted to the batch's buckets (and paths) by literals."""
+    def merge_predicate(self, paths: list[str], max_literal_paths: int = 256) -> str:
+        """`t` joined with `s` on the path, with the target restricted by literals to the
+        buckets of `paths` and, for up to `max_literal_paths` paths, to the paths within
+        each bucket (`(_bucket = 3 AND relative_path IN (...)) OR ...`): delta-rs prunes
+        partitions on literal lists, not on join predicates, and a per-bucket path list lets
+        min/max statistics skip the files of a bucket that hold none of its paths."""
         parts = []
+        by_bucket: dict[int, list[str]] = {}
+        for p in paths:
+            by_bucket.setdefault(self.bucket_of(p), []).append(p)
+        small = len(paths) <= max_literal_paths
         if self.bucketed:
-            parts.append(f"t.{BUCKET_COLUMN} IN ({', '.join(str(b) for b in sorted(set(buckets)))})")
-            parts.append(f"t.{BUCKET_COLUMN} = s.{BUCKET_COLUMN}")
-        if len(paths) <= max_literal_paths:
+            col = f"t.{BUCKET_COLUMN}"
+            parts.append(f"{col} IN ({', '.join(str(b) for b in sorted(by_bucket)) or 'NULL'})")
+            if small and paths:
+                parts.append("(" + " OR ".join(
+                    f"({col} = {b} AND t.relative_path IN ({in_list(ps)}))"
+                    for b, ps in sorted(by_bucket.items())) + ")")
+        elif small and paths:
             parts.append(f"t.relative_path IN ({in_list(paths)})")
         parts.append("t.relative_path = s.relative_path")
         return " AND ".join(parts)
+
+
+def bucket_groups(paths: list[str], layout: Layout, limit: int) -> list[list[str]]:
+    """`paths` split into groups of whole buckets of at most about `limit` paths each."""
+    if len(paths) <= limit:
+        return [paths] if paths else []
+    buckets = max(layout.buckets, -(-len(paths) // limit))
+    by_bucket: dict[int, list[str]] = {}
+    for p in paths:
+        by_bucket.setdefault(bucket_of(p, buckets), []).append(p)
+    groups: list[list[str]] = [[]]
+    for b in sorted(by_bucket):
+        if groups[-1] and len(groups[-1]) + len(by_bucket[b]) > limit:
+            groups.append([])
+        groups[-1].extend(by_bucket[b])
+    return groups
+
+
+def for_layout(rows: pa.Table, layout: Layout) -> pa.Table:
+    """`rows` with their `_bucket`, sorted by (bucket, path), for a bucketed table; as they
+    are for a table in the pre-bucket layout."""
+    if not layout.bucketed:
+        return rows
+    rows = rows.append_column(pa.field(BUCKET_COLUMN, pa.int32()),
+                              bucket_array(rows["relative_path"].to_pylist(), layout.buckets))
+    return rows.sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
 
 
 def in_list(values: Iterable[str]) -> str:

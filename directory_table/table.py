@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,8 @@ from directory_table.layout import (
     DEFAULT_BUCKETS,
     Layout,
     bucket_array,
+    bucket_groups,
+    for_layout,
     plain_types,
     read_matching,
     touched_files,
@@ -61,32 +62,6 @@ _LOOKUP_GROUP = 200_000
 _ROW_COLUMNS = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                 "_event_time", "_image_version"]
 _TOMB_COLUMNS = ["relative_path", "_sequencer", "_event_time", "deleted_version"]
-
-
-def _bucket_groups(paths: list[str], layout: Layout, limit: int) -> list[list[str]]:
-    """`paths` split into groups of whole buckets of at most about `limit` paths each."""
-    if len(paths) <= limit:
-        return [paths] if paths else []
-    buckets = max(layout.buckets, -(-len(paths) // limit))
-    by_bucket: dict[int, list[str]] = {}
-    for p in paths:
-        by_bucket.setdefault(zlib.crc32(p.encode()) % buckets, []).append(p)
-    groups: list[list[str]] = [[]]
-    for b in sorted(by_bucket):
-        if groups[-1] and len(groups[-1]) + len(by_bucket[b]) > limit:
-            groups.append([])
-        groups[-1].extend(by_bucket[b])
-    return groups
-
-
-def _for_layout(rows: pa.Table, layout: Layout) -> pa.Table:
-    """`rows` with their `_bucket`, sorted by (bucket, path), for a bucketed table; as they
-    are for a table in the pre-bucket layout."""
-    if not layout.bucketed:
-        return rows
-    rows = rows.append_column(BUCKET_FIELD,
-                              bucket_array(rows["relative_path"].to_pylist(), layout.buckets))
-    return rows.sort_by([(BUCKET_FIELD.name, "ascending"), ("relative_path", "ascending")])
 
 
 class TableMissing(FileNotFoundError):
@@ -233,7 +208,7 @@ class DirectoryTable:
         tomb = self.tombstones()
         tomb_layout = Layout.of(tomb)
         plan = Plan()
-        for group in _bucket_groups(list(latest), layout, _LOOKUP_GROUP):
+        for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
             stored = self._lookup(dt, layout, group)
             missing = [p for p in group if p not in stored]
             tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
@@ -256,18 +231,18 @@ class DirectoryTable:
         changed = plan.inserts + plan.updates
         rows = self._rows(changed, version, now)
         if not plan.updates and not plan.deletes:
-            write_deltalake(dt, _for_layout(rows, layout), mode="append", commit_properties=props)
+            write_deltalake(dt, for_layout(rows, layout), mode="append", commit_properties=props)
             return
         deletes = pa.table({"relative_path": pa.array([e.relative_path for e in plan.deletes],
                                                       pa.string())})
         ops = pa.array(["I"] * len(plan.inserts) + ["U"] * len(plan.updates)
                        + ["D"] * len(plan.deletes), pa.string())
         source = pa.concat_tables([rows, self._rows_for_delete(deletes)]).append_column("_op", ops)
-        source = _for_layout(source, layout)
+        source = for_layout(source, layout)
         # only updated and deleted paths can match a stored row: they alone name the target's
         # buckets and files to scan (inserts are known to be absent)
         touched = [e.relative_path for e in plan.updates + plan.deletes]
-        predicate = layout.merge_predicate(touched, (layout.bucket_of(p) for p in touched))
+        predicate = layout.merge_predicate(touched)
         columns = [f.name for f in TABLE_SCHEMA] + ([BUCKET_FIELD.name] if layout.bucketed else [])
         assign = {c: f"s.`{c}`" for c in columns}
         (
@@ -320,8 +295,8 @@ class DirectoryTable:
         layout = Layout.of(tomb)
         paths = source["relative_path"].to_pylist()
         (
-            tomb.merge(_for_layout(source, layout),
-                       layout.merge_predicate(paths, (layout.bucket_of(p) for p in paths)),
+            tomb.merge(for_layout(source, layout),
+                       layout.merge_predicate(paths),
                        source_alias="s", target_alias="t")
             .when_matched_update_all()
             .when_not_matched_insert_all()
@@ -356,11 +331,27 @@ class DirectoryTable:
         return self._find(dt, layout, paths, _ROW_COLUMNS)
 
     # ---------------------------------------------------------------- reads
-    def snapshot(self, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
+    def snapshot(self, version: int | None = None, columns: list[str] | None = None, *,
+                 buckets: Iterable[int] | None = None) -> pa.Table:
         """Every row at `version` (default: latest); the public and internal columns unless
-        `columns` names others (`_bucket` included)."""
+        `columns` names others (`_bucket` included). `buckets` reads only those buckets'
+        files (a refresh can diff a listing bucket by bucket, `layout.bucket_of`)."""
         dt = self.delta(version)
-        table = dt.to_pyarrow_dataset().to_table(columns=columns or TABLE_SCHEMA.names)
+        columns = list(columns or TABLE_SCHEMA.names)
+        if buckets is None:
+            table = dt.to_pyarrow_dataset().to_table(columns=columns)
+        else:
+            wanted = sorted(set(buckets))
+            layout = Layout.of(dt)
+            if layout.bucketed:
+                dataset = dt.to_pyarrow_dataset(file_pruning_predicate=[
+                    (BUCKET_FIELD.name, "in", [str(b) for b in wanted])])
+                table = dataset.to_table(columns=columns)
+            else:
+                table = dt.to_pyarrow_dataset().to_table(columns=list({*columns, "relative_path"}))
+                table = table.filter(pc.is_in(
+                    bucket_array(table["relative_path"].to_pylist(), layout.buckets),
+                    value_set=pa.array(wanted, pa.int32()))).select(columns)
         return table.cast(pa.schema([BUCKETED_SCHEMA.field(n) for n in table.column_names]))
 
     def changes(self, after_version: int, up_to_version: int, *,

@@ -149,3 +149,12 @@ def test_huge_batch_is_planned_in_bucket_groups(tmp_path, monkeypatch):
     s = state(table)
     assert s["f5"] == 7 and s["f2"] == 2 and "f1" not in s and s["g99"] == 1
     assert len(s) == 300 - 74 + 100
+
+
+def test_snapshot_of_some_buckets(tmp_path):
+    table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=8)
+    table.apply([put(f"f{i}", i, t(1)) for i in range(100)])
+    some = [1, 5]
+    part = table.snapshot(columns=["relative_path"], buckets=some)["relative_path"].to_pylist()
+    assert sorted(part) == sorted(f"f{i}" for i in range(100) if bucket_of(f"f{i}", 8) in some)
+    assert 0 < len(part) < 100

@@ -130,6 +130,8 @@ def test_legacy_table_works_as_it_is(tmp_path):
     assert table.snapshot(columns=["relative_path", "size"]).to_pylist() == [
         {"relative_path": "a", "size": 3}]
     assert set(table.changes(0, 2)["_bucket"].to_pylist()) == {0}
+    assert table.snapshot(columns=["relative_path"], buckets=[0]).num_rows == 1
+    assert table.snapshot(columns=["relative_path"], buckets=[1]).num_rows == 0
     table.optimize(max_files_per_bucket=1)                        # compacts, stays unbucketed
     assert not table.layout().bucketed
     assert len(DeltaTable(table.path).file_uris()) == 1
