@@ -158,3 +158,23 @@ def test_snapshot_of_some_buckets(tmp_path):
     part = table.snapshot(columns=["relative_path"], buckets=some)["relative_path"].to_pylist()
     assert sorted(part) == sorted(f"f{i}" for i in range(100) if bucket_of(f"f{i}", 8) in some)
     assert 0 < len(part) < 100
+
+
+def test_paths_with_quotes_and_long_shared_prefixes(table):
+    prefix = "a/very/long/shared/prefix/that/outlasts/statistics/truncation/"
+    paths = [prefix + "it's.txt", prefix + "plain.txt", "o'hara/x.bin", prefix + "z" * 40]
+    table.apply([put(p, 1, t(1)) for p in paths])
+    r = table.apply([put(paths[0], 2, t(2)), rm(paths[2], t(2)), put(paths[3], 5, t(2))])
+    assert (r.updated, r.deleted) == (2, 1)
+    assert state(table) == {paths[0]: 2, paths[1]: 1, paths[3]: 5}
+    assert table.apply([put(paths[2], 9, t(1))]).version is None    # tombstone holds
+
+
+def test_truncated_max_statistics_still_bracket_longer_paths():
+    from directory_table.layout import _brackets
+
+    stats_max = "p" * 32                       # delta-rs may cut a long max to a prefix
+    assert _brackets(["p" * 40], "a", stats_max)
+    assert not _brackets(["q"], "a", stats_max)
+    assert not _brackets(["p" * 40], "a", "p" * 10)     # short max: exact
+    assert _brackets(["b"], None, None) and not _brackets([], None, None)
