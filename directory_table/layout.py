@@ -52,7 +52,8 @@ MIGRATED_KEY = "volume_stream.migrated_version"
 #: bucket count of a new table (fixed for its lifetime)
 DEFAULT_BUCKETS = 128
 BUCKET_COLUMN = "_bucket"
-#: delta-rs truncates string statistics; a max this long may be a prefix of the real max
+#: delta-rs truncates long string statistics (1.6: to 64 chars, the max rounded up); a max at
+#: least this long is also treated as a possible prefix of the real max, to be safe
 _STATS_PREFIX_LEN = 32
 
 
