@@ -232,10 +232,12 @@ def run_optimize(ctx: Context, sizes: Sizes, small_t: Path, buckets: int) -> Non
                                               ("relative_path", "ascending")]), mode="append")
     fresh.optimize()
 
-    def load(path: str) -> float:
-        return median([timed(lambda: DeltaTable(path))[0] for _ in range(sizes.repeats * 3)])
-
-    ours, base = load(table.path), load(fresh.path)
+    # alternating, so both see the same background load
+    loads: dict[str, list[float]] = {table.path: [], fresh.path: []}
+    for _ in range(sizes.repeats * 3):
+        for path, runs in loads.items():
+            runs.append(timed(lambda p=path: DeltaTable(p))[0])
+    ours, base = median(loads[table.path]), median(loads[fresh.path])
     report.add(Figure(
         name="scale.optimize",
         description=f"load time after {count_label(sizes.commits)} one-event commits + "
