@@ -47,7 +47,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from directory_table import DirectoryTable
 from volume_stream.errors import InvalidInputError, NotFoundError, WarehouseError
+from volume_stream.streams import changes as ch
+from volume_stream.volumes.spec import VolumeSpec
+from volume_stream.warehouse.store import MARKER, VOLUME, Warehouse
 
 __all__ = ["SCHEMA", "SourceOptions", "VolumeStreamDataSource", "register"]
 
@@ -150,9 +154,6 @@ class VersionRange(InputPartition):
 
 
 def _records(part: VersionRange) -> pa.Table:
-    from directory_table import DirectoryTable
-    from volume_stream import changes as ch
-
     table = DirectoryTable(part.table_root, part.base_url)
     cdf = table.changes(part.start, part.end)
     if part.mode == "STANDARD":
@@ -171,22 +172,17 @@ class _Volume:
     warehouse that does not exist is an error, never created)."""
 
     def __init__(self, opts: SourceOptions):
-        from volume_stream._store import MARKER, Warehouse
-        from volume_stream.volumes import VolumeSpec
-
         root = Path(opts.warehouse).expanduser()
         if not (root / MARKER).exists():
             raise WarehouseError(f"volume_stream option warehouse: {opts.warehouse!r} is not a "
                                  f"volume-stream warehouse (no {MARKER})")
         warehouse = Warehouse(root)
         state = warehouse.read()
-        data = state.get(("volume", opts.volume))
+        data = state.get((VOLUME, opts.volume))
         if data is None:
-            raise NotFoundError("volume", opts.volume, [n for k, n in state if k == "volume"])
+            raise NotFoundError(VOLUME, opts.volume, [n for k, n in state if k == VOLUME])
         self.spec = VolumeSpec.from_dict(data)
         self.root = warehouse.volume_root(self.spec.name, self.spec.id)
-        from directory_table import DirectoryTable
-
         self.table = DirectoryTable(self.root, self.spec.location)
 
     def check(self, offset: dict[str, Any]) -> int:
