@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from volume_stream.cli.jobs import main
+from volume_stream.jobs import main
 
 if __name__ == "__main__":
     sys.exit(main())
