@@ -36,7 +36,7 @@ from connectors.events import FileEvent
 from volume_stream.config.daemon import DaemonTuning, VolumeConfig
 from volume_stream.daemon.loop import LoopThread
 from volume_stream.daemon.metrics import DaemonMetrics
-from volume_stream.volumes.watcher import VolumeWatcher, keep_invisible
+from volume_stream.volumes.watcher import VolumeWatcher
 
 __all__ = ["VolumeRunner"]
 
@@ -173,9 +173,7 @@ class VolumeRunner(LoopThread):
         watcher = self._watcher
         assert watcher is not None
         # A long commit must not let the queue hand the messages to another receiver.
-        with keep_invisible(watcher.listener, batch.handles,
-                            every_s=getattr(watcher, "extend_every_s", 20.0),
-                            visibility_s=getattr(watcher, "visibility_s", 120)):
+        with watcher.holding(batch.handles):
             self._apply(batch)
         self._pending = None
         self._ack(batch)
@@ -202,14 +200,14 @@ class VolumeRunner(LoopThread):
         else:  # the listener was down for a while: events may have been missed
             self._refresh_reason = "reopen"
         self._schedule_refresh()
-        log.info("volume %s: listening (%s)", self.name,
-                 type(self._watcher.listener).__name__, extra={"volume": self.name})
+        log.info("volume %s: listening (%s)", self.name, self._watcher.listener_kind,
+                 extra={"volume": self.name})
 
     def _close_watcher(self) -> None:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             try:
-                watcher.listener.close()
+                watcher.close()
             except Exception:
                 log.exception("volume %s: closing the listener failed", self.name)
 
@@ -261,13 +259,11 @@ class VolumeRunner(LoopThread):
 
     # ------------------------------------------------------------------ receive
     def _update_backlog(self) -> None:
-        listener = self._watcher.listener if self._watcher else None
-        backlog = getattr(listener, "backlog", None)
-        if not callable(backlog) or self._clock() < self._next_backlog:
+        if self._watcher is None or self._clock() < self._next_backlog:
             return
         self._next_backlog = self._clock() + self.tuning.stats_interval_s
         try:
-            value = backlog()
+            value = self._watcher.backlog()
         except Exception as exc:
             log.warning("volume %s: reading the queue backlog failed: %s", self.name, exc)
             return
@@ -284,7 +280,7 @@ class VolumeRunner(LoopThread):
             timeout = cfg.poll_s if deadline is None else max(0.0, deadline - self._clock())
             self._stage = "receive"
             try:
-                received = watcher.listener.receive(timeout)
+                received = watcher.receive(timeout)
             except Exception as exc:
                 if not (batch.events or batch.handles or batch.needs_refresh):
                     raise
@@ -309,7 +305,7 @@ class VolumeRunner(LoopThread):
 
     def _account(self, events: tuple[FileEvent, ...], received: Any, batch: _Batch) -> None:
         m, v = self.metrics, self.name
-        accepted = [e for e in events if self._watcher.accept(e.relative_path)]
+        accepted = self._watcher.accepted(events)
         m.events_received.labels(v).inc(len(events))
         m.events_filtered.labels(v).inc(len(events) - len(accepted))
         m.messages_malformed.labels(v).inc(received.malformed)
@@ -341,7 +337,7 @@ class VolumeRunner(LoopThread):
     def _apply_events(self, events: list[FileEvent]) -> None:
         assert self._watcher is not None
         started = time.perf_counter()
-        result = self._watcher.table.apply(events)
+        result = self._watcher.commit(events)
         seconds = time.perf_counter() - started
         m, v = self.metrics, self.name
         m.commit_seconds.labels(v).observe(seconds)
@@ -374,7 +370,7 @@ class VolumeRunner(LoopThread):
         takes the poison ones), a local batch is retried with backoff.
         """
         assert self._watcher is not None
-        self._watcher.table.version()  # the table is reachable, so suspect the events
+        self._watcher.table_version()  # the table is reachable, so suspect the events
         progress = _Bisection()
         try:
             self._bisect(batch.events, progress)
@@ -447,7 +443,7 @@ class VolumeRunner(LoopThread):
         assert self._watcher is not None
         self._stage = "ack"
         try:
-            self._watcher.listener.ack(handles)
+            self._watcher.ack(handles)
         except Exception as exc:
             # Already committed: the messages come back and are ignored as duplicates.
             self.metrics.errors.labels(self.name, "ack").inc()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.base import Listener, Received
+from connectors.events import FileEvent
 from directory_table import ApplyResult, DirectoryTable
 
 __all__ = ["StepResult", "VolumeWatcher", "WatchMetrics"]
@@ -96,18 +97,57 @@ class VolumeWatcher:
         self.visibility_s = visibility_s
         self.metrics = WatchMetrics()
 
+    # ------------------------------------------------------------------ the steps
+    # `step` runs them in order; the daemon's VolumeRunner runs the same steps with its own
+    # batching, backoff and poison handling around them.
+    def receive(self, timeout: float) -> Received:
+        """Wait up to `timeout` seconds for events from the listener."""
+        return self.listener.receive(timeout)
+
+    def accepted(self, events: Sequence[FileEvent]) -> list[FileEvent]:
+        """The events whose paths the volume counts (recursion, include/exclude)."""
+        return [e for e in events if self.accept(e.relative_path)]
+
+    def holding(self, handles: Sequence[Any]):
+        """Keep the messages of `handles` invisible while the block commits them."""
+        return keep_invisible(self.listener, handles, every_s=self.extend_every_s,
+                              visibility_s=self.visibility_s)
+
+    def commit(self, events: Sequence[FileEvent]) -> ApplyResult:
+        """Apply the events to the directory table in one commit (no version if no change)."""
+        return self.table.apply(list(events))
+
+    def ack(self, handles: Sequence[Any]) -> None:
+        """Acknowledge messages; call only once the commit holding their events is durable."""
+        if handles:
+            self.listener.ack(handles)
+
+    def table_version(self) -> int:
+        """The directory table's latest version (also: is the table reachable)."""
+        return self.table.version()
+
+    def backlog(self) -> int | None:
+        """The listener's queue backlog, if it can tell."""
+        backlog = getattr(self.listener, "backlog", None)
+        return backlog() if callable(backlog) else None
+
+    @property
+    def listener_kind(self) -> str:
+        return type(self.listener).__name__
+
+    def close(self) -> None:
+        self.listener.close()
+
     def step(self, timeout: float) -> StepResult:
-        received = self.listener.receive(timeout)
+        """One receive → commit → acknowledge cycle."""
+        received = self.receive(timeout)
         m = self.metrics
         m.received += len(received.events)
         m.malformed += received.malformed
         m.ignored += received.ignored
-        with keep_invisible(self.listener, received.handles, every_s=self.extend_every_s,
-                            visibility_s=self.visibility_s):
+        with self.holding(received.handles):
             result = self._commit(received)
-        # Acknowledge only now that the commit (if any) is durable.
-        if received.handles:
-            self.listener.ack(received.handles)
+        self.ack(received.handles)  # only now that the commit (if any) is durable
         return StepResult(result, idle=received.empty and self.listener.idle)
 
     def _commit(self, received: Received) -> ApplyResult | None:
@@ -116,11 +156,11 @@ class VolumeWatcher:
             log.warning("listener lost events; running a full refresh")
             self.refresh()
             m.refreshes += 1
-        events = [e for e in received.events if self.accept(e.relative_path)]
+        events = self.accepted(received.events)
         m.filtered += len(received.events) - len(events)
         result = None
         if events:
-            result = self.table.apply(events)
+            result = self.commit(events)
             m.applied += result.changed
             m.ignored += result.ignored + result.unchanged
             if result.version is not None:
