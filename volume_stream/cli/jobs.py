@@ -43,6 +43,7 @@ from volume_stream.catalog import connect
 from volume_stream.config.settings import Settings
 from volume_stream.errors import ConfigError, InvalidInputError, VolumeStreamError
 from volume_stream.pipelines.udf import FileUdf
+from volume_stream.streams.changes import StreamMode
 
 __all__ = ["EXIT_FAILED", "EXIT_FILE_ERRORS", "EXIT_OK", "JobResult", "PipelineSpec",
            "load_spec", "load_udf", "main", "run_job"]
@@ -76,7 +77,7 @@ class VolumeCreateSpec(_Model):
 
 class StreamCreateSpec(_Model):
     volume: str | None = None
-    mode: Literal["STANDARD", "APPEND_ONLY"] = "STANDARD"
+    mode: StreamMode = "STANDARD"
     show_initial_rows: bool = False
 
 

@@ -49,6 +49,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from volume_stream.errors import ConfigError
+from volume_stream.streams.changes import StreamMode
 from volume_stream.volumes.notifications import notification_from_dict, notification_types
 
 __all__ = [
@@ -103,7 +104,7 @@ class DaemonTuning(_Section):
 class StreamConfig(_Section):
     """A stream the daemon creates on its volume if it does not exist yet."""
 
-    mode: Literal["STANDARD", "APPEND_ONLY"] = "STANDARD"
+    mode: StreamMode = "STANDARD"
     show_initial_rows: bool = False
 
     @field_validator("mode", mode="before")

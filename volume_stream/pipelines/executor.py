@@ -32,7 +32,9 @@ from pyarrow import fs as pafs
 
 from connectors.errors import ConnectorError, CredentialsError, MalformedMessageError
 from connectors.events import InvalidPathError
+from directory_table.schema import TS
 from volume_stream.pipelines.udf import FileRecord
+from volume_stream.streams.changes import RECORD_SCHEMA
 
 __all__ = [
     "ERROR_SCHEMA",
@@ -47,9 +49,8 @@ __all__ = [
     "stats_json",
 ]
 
-TS = pa.timestamp("us", tz="UTC")
-RECORD_COLUMNS = ["relative_path", "url", "size", "last_modified_time", "etag", "__change_type",
-                  "__commit_version"]
+#: the change-record columns a task gets (the commit timestamp stays on the driver)
+RECORD_COLUMNS = [c for c in RECORD_SCHEMA.names if c != "__commit_timestamp"]
 MANIFEST_DDL = ("kind string, path string, size bigint, num_rows bigint, stats string, "
                 "ok bigint, failed bigint")
 MANIFEST_SCHEMA = pa.schema([("kind", pa.string()), ("path", pa.string()), ("size", pa.int64()),

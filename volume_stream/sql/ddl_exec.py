@@ -37,13 +37,13 @@ from volume_stream.sql.volume_plan import (
     resolve,
     volume_sql,
 )
+from volume_stream.streams.changes import MODES
 
 __all__ = ["execute"]
 
 _SECRETISH = re.compile(r"SECRET|PASSWORD|TOKEN|ACCESS_KEY|ACCESS_ID", re.I)
 _CONNECTION_PROPS = ("TYPE", "ENDPOINT", "REGION", "ROLE_ARN", "ACCOUNT_ID", "COMMENT",
                      "COMMENTS")
-_MODES = ("STANDARD", "APPEND_ONLY")
 
 
 def _now() -> str:
@@ -167,7 +167,7 @@ def _create_stream(catalog, stmt: ddl.CreateStream) -> SqlResult:
     for key, prop in stmt.props.items():
         if key == "TABLE_STREAM_MODE":
             mode = str(literal(prop, key, str)).upper()
-            if mode not in _MODES:
+            if mode not in MODES:
                 raise SqlSyntaxError(f"TABLE_STREAM_MODE must be 'STANDARD' or 'APPEND_ONLY', "
                                      f"not {prop.value!r}", prop.token.line, prop.token.column)
         elif key == "SHOW_INITIAL_ROWS":

@@ -13,6 +13,8 @@ version of the old image, as in the seed's examples.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -20,13 +22,18 @@ from directory_table.schema import PUBLIC_COLUMNS, TS
 
 __all__ = [
     "MODES",
+    "RECORD_COLUMNS",
+    "RECORD_DDL",
     "RECORD_SCHEMA",
+    "StreamMode",
     "append_only_changes",
     "initial_rows",
     "standard_changes",
 ]
 
+#: the stream modes, the first the default; `StreamMode` is the same as a type (pydantic)
 MODES = ("STANDARD", "APPEND_ONLY")
+StreamMode = Literal[MODES]  # type: ignore[valid-type]
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -40,6 +47,13 @@ RECORD_SCHEMA = pa.schema(
         pa.field("__commit_timestamp", TS),
     ]
 )
+
+#: the names of a change record's columns, in order
+RECORD_COLUMNS = tuple(RECORD_SCHEMA.names)
+
+_DDL_TYPES = {pa.string(): "string", pa.int64(): "bigint", TS: "timestamp"}
+#: the change-record schema as a Spark DDL string (the Spark data source's schema)
+RECORD_DDL = ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in RECORD_SCHEMA)
 
 # Within one commit a path's old image comes before its new one.
 _PHASE = {"update_preimage": 0, "delete": 0, "insert": 1, "update_postimage": 1}

@@ -21,6 +21,7 @@ from volume_stream.errors import (
     converted,
 )
 from volume_stream.streams import changes as ch
+from volume_stream.streams.reader import VersionReader
 from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME, CatalogState, check_name, entry, now
@@ -123,18 +124,10 @@ class StreamRegistry:
             StaleStreamError: `a` is older than the oldest kept version.
         """
         with converted(f"stream {name!r}"):
-            table = self.volumes.table(volume)
-            oldest = table.oldest_version()
-            if a < oldest:
-                raise StaleStreamError(name, a, oldest)
-            if spec["initial_pending"]:
-                if spec["mode"] == "STANDARD":
-                    return ch.initial_rows(table.snapshot(b))
-                return pa.concat_tables([ch.initial_rows(table.snapshot(a)),
-                                         ch.append_only_changes(table.changes(a, b))])
-            if spec["mode"] == "STANDARD":
-                return ch.standard_changes(table.changes(a, b))
-            return ch.append_only_changes(table.changes(a, b))
+            reader = VersionReader(volume, self.volumes.table(volume))
+            if not reader.is_kept(a):
+                raise StaleStreamError(name, a, reader.oldest())
+            return reader.records(spec["mode"], a, b, initial_pending=spec["initial_pending"])
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
                       batch_id: int) -> None:
