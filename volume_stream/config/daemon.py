@@ -48,6 +48,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from connectors.secrets import is_secret
 from volume_stream.errors import ConfigError
 from volume_stream.streams.changes import StreamMode
 from volume_stream.volumes.notifications import notification_from_dict, notification_types
@@ -64,11 +65,6 @@ __all__ = [
 ENV_PREFIX = "VOLUME_STREAM_"
 
 #: Keys that hold credentials: refused anywhere in the configuration (DESIGN §6).
-SECRET_KEYS = frozenset({
-    "aws_secret_access_key", "aws_session_token", "secret_access_key", "access_key_secret",
-    "security_token", "session_token", "password", "token", "secret", "access_key_id",
-    "aws_access_key_id",
-})
 _SECRET_HINT = ("credentials are read from the environment (AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY, ALIBABA_CLOUD_ACCESS_KEY_ID / "
                 "ALIBABA_CLOUD_ACCESS_KEY_SECRET) or the cloud credential chains (instance "
@@ -308,7 +304,7 @@ def _walk(data: Any, path: tuple[str, ...] = ()):
 
 def _refuse_secrets(data: dict[str, Any], file: Path) -> None:
     for path, _value in _walk(data):
-        if path[-1].lower() in SECRET_KEYS:
+        if is_secret(path[-1]):
             raise ConfigError(f"config file {file}: key {'.'.join(path)!r} is a secret; "
                               f"remove it: {_SECRET_HINT}")
 
@@ -318,7 +314,7 @@ def _refuse_env_secrets() -> None:
         upper = name.upper()
         if upper.startswith(ENV_PREFIX) and "__" in upper:
             last = upper.rsplit("__", 1)[1].lower()
-            if last in SECRET_KEYS:
+            if is_secret(last):
                 raise ConfigError(f"environment variable {name} sets a secret as a "
                                   f"configuration key; unset it: {_SECRET_HINT}")
 

@@ -20,12 +20,13 @@ import sys
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from connectors.secrets import is_secret
+
 __all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "secret_values"]
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message", "asctime", "taskName"}
-_SECRET_MARKERS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
 
 
 def secret_values(environ: dict[str, str] | None = None) -> tuple[str, ...]:
@@ -37,7 +38,7 @@ def secret_values(environ: dict[str, str] | None = None) -> tuple[str, ...]:
     """
     env = os.environ if environ is None else environ
     values = {v for k, v in env.items()
-              if any(m in k.upper() for m in _SECRET_MARKERS) and len(v) >= 6}
+              if is_secret(k) and len(v) >= 6}
     return tuple(sorted(values, key=len, reverse=True))
 
 

@@ -12,11 +12,11 @@ kind "volume_sql" tied to the volume's id, and shown by DESCRIBE VOLUME.
 
 from __future__ import annotations
 
-import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from connectors.secrets import is_secret
 from volume_stream.errors import (
     AlreadyExistsError,
     InvalidInputError,
@@ -41,7 +41,6 @@ from volume_stream.streams.changes import MODES
 
 __all__ = ["execute"]
 
-_SECRETISH = re.compile(r"SECRET|PASSWORD|TOKEN|ACCESS_KEY|ACCESS_ID", re.I)
 _CONNECTION_PROPS = ("TYPE", "ENDPOINT", "REGION", "ROLE_ARN", "ACCOUNT_ID", "COMMENT",
                      "COMMENTS")
 
@@ -67,7 +66,7 @@ def _create_connection(catalog, stmt: ddl.CreateConnection) -> SqlResult:
     for key, prop in stmt.props.items():
         if key == "TYPE":
             continue
-        secretish = key in CREDENTIALS[ctype] or _SECRETISH.search(key)
+        secretish = key in CREDENTIALS[ctype] or is_secret(key)
         if secretish:
             if key not in CREDENTIALS[ctype]:
                 raise _fail(prop.token,

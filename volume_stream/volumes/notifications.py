@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from connectors.secrets import is_secret
 from volume_stream.errors import ConfigError
-from volume_stream.volumes.spec import SECRET_OPTION_KEYS
 
 __all__ = ["LocalNotification", "MnsNotification", "SqsNotification", "notification_from_dict",
            "notification_types"]
@@ -47,7 +47,7 @@ class _Notification:
 
     def to_dict(self) -> dict[str, Any]:
         """The persisted form: no secrets, no credential ids."""
-        kept = {k: v for k, v in self.options.items() if k not in SECRET_OPTION_KEYS}
+        kept = {k: v for k, v in self.options.items() if not is_secret(k)}
         return {"type": self.type, **self._where(), **kept}
 
     def _where(self) -> dict[str, Any]:
@@ -58,7 +58,7 @@ class _Notification:
             and other.options == self.options
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if k in SECRET_OPTION_KEYS else v) for k, v in self.options.items()}
+        shown = {k: ("***" if is_secret(k) else v) for k, v in self.options.items()}
         return f"{type(self).__name__}({self._where()}, options={shown})"
 
 

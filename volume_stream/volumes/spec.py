@@ -12,17 +12,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from connectors.secrets import SECRET_KEYS, is_secret
+
 __all__ = ["SECRET_OPTION_KEYS", "VolumeSpec"]
 
-SECRET_OPTION_KEYS = frozenset({
-    "aws_secret_access_key", "aws_session_token", "access_key_secret", "security_token",
-    "secret_access_key", "password", "token", "aws_access_key_id", "access_key_id",
-})
+#: option names that hold credentials (the one list: `connectors.secrets`)
+SECRET_OPTION_KEYS = SECRET_KEYS
 
 
 def redact(options: dict[str, Any]) -> dict[str, Any]:
     """`options` without the secret keys (what the catalog may store)."""
-    return {k: v for k, v in options.items() if k not in SECRET_OPTION_KEYS}
+    return {k: v for k, v in options.items() if not is_secret(k)}
 
 
 @dataclass(frozen=True)
