@@ -8,7 +8,7 @@ should cover narrow path ranges, for deletes to prune), calls the UDF once per f
 transient read errors with exponential back-off, writes result rows and error rows to Parquet
 files in the target and errors table folders, and returns only a small manifest: one row per
 file written (path, size, row count, Delta stats) and one row of counters. Rows never travel to
-the driver; the driver commits the listed files to Delta (`_pipeline_sink`). Files of a task
+the driver; the driver commits the listed files to Delta (`pipelines.sink`). Files of a task
 attempt that failed or lost a speculative race are never listed, so never committed.
 """
 

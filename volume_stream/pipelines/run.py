@@ -3,7 +3,7 @@ chunks, commit each chunk to Delta, then move the stream's offset.
 
 The order of commits is what makes a crash harmless (DESIGN §5): for each chunk the errors
 table is committed first, then the target, each with the batch's progress as Delta app
-transactions (`_pipeline_sink`); the offset moves only after the last chunk. A rerun after a
+transactions (`pipelines.sink`); the offset moves only after the last chunk. A rerun after a
 crash anywhere reads that progress back: it pins the same end version (even if the volume moved
 on), skips the files already committed, and finishes the batch. `VOLUME_STREAM_TEST_CRASH_AT`
 is a test hook that SIGKILLs the process at a named point (see `crash_point`).

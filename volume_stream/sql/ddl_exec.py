@@ -1,10 +1,10 @@
-"""Runs the seed's DDL (parsed by `_sql_ddl`) against a `Catalog`: connections, volumes,
+"""Runs the seed's DDL (parsed by `sql.ddl`) against a `Catalog`: connections, volumes,
 streams, refresh, drop, show, describe.
 
 Storage connections live in the warehouse catalog as objects of kind "connection". Their
 credentials are never stored in clear: a secret must be written `ENV('VAR')` (only the
 variable's name is stored) or replaced by a `ROLE_ARN`. A volume's `create_volume` call is
-worked out by `_sql_volume.plan_volume`; what only SQL knows about it is kept as an object of
+worked out by `sql.volume_plan.plan_volume`; what only SQL knows about it is kept as an object of
 kind "volume_sql" tied to the volume's id, and shown by DESCRIBE VOLUME.
 
     execute(catalog, parse(statement), statement)     # -> SqlResult

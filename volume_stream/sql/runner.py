@@ -26,9 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError
-from volume_stream.sql import ddl as _sql_ddl
-from volume_stream.sql import ddl_exec as _sql_catalog
-from volume_stream.sql import dml as _sql_dml
+from volume_stream.sql import ddl, ddl_exec, dml
 from volume_stream.sql.lexer import Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import UDFS as _UDFS
@@ -72,10 +70,10 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
         >>> run_statement(cat, first).rows
         []
     """
-    parsed = _sql_ddl.parse(statement)
+    parsed = ddl.parse(statement)
     if parsed is not None:
-        return _sql_catalog.execute(catalog, parsed, statement)
-    return _sql_dml.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
+        return ddl_exec.execute(catalog, parsed, statement)
+    return dml.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
 
 
 def run_script(catalog: Catalog, text: str) -> Iterator[SqlResult]:
