@@ -1,0 +1,262 @@
+"""S3 event notifications as SQS delivers them: a pure parser (DESIGN §6).
+
+`parse_message` turns one SQS message body into `S3Record`s, whichever way S3 delivered it:
+raw (`{"Records": [...]}`), wrapped by SNS (`Type=Notification`, the S3 JSON as a string in
+`Message`) or by EventBridge (`source=aws.s3`, `detail-type` "Object Created" / "Object
+Deleted"). Keys of raw and SNS events are form-encoded ('+' is a space, '%2B' a '+') and
+decoded with `unquote_plus`; EventBridge keys are verbatim. `s3:TestEvent` messages and records
+that do not change content (tagging, ACL, restore...) carry no records. `to_file_event` maps a
+record to a volume's `FileEvent` (or None when the key is not the volume's).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote_plus
+
+from connectors._objects import normalize_etag
+from connectors.aws.store import S3Scope, s3_url
+from connectors.errors import MalformedMessageError
+from connectors.events import EventKind, FileEvent
+
+__all__ = ["ParsedMessage", "S3Record", "parse_message", "to_file_event"]
+
+_CREATED_PREFIXES = ("ObjectCreated:",)
+_REMOVED_PREFIXES = ("ObjectRemoved:", "LifecycleExpiration:")
+_EVENTBRIDGE_KINDS = {"Object Created": EventKind.CREATED, "Object Deleted": EventKind.REMOVED}
+
+
+@dataclass(frozen=True, slots=True)
+class S3Record:
+    """One object change as S3 reported it; `key` is decoded, `etag` unquoted."""
+
+    kind: EventKind
+    bucket: str
+    key: str
+    event_time: datetime
+    event_name: str
+    size: int | None = None
+    etag: str | None = None
+    sequencer: str | None = None
+    version_id: str | None = None
+
+    @property
+    def url(self) -> str:
+        return s3_url(self.bucket, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedMessage:
+    """What one SQS message carried.
+
+    Attributes:
+        records: The object changes, in message order.
+        envelope: "s3" (raw), "sns" or "eventbridge".
+        is_test_event: The `s3:TestEvent` S3 sends when a notification is configured.
+        skipped: Records/events that do not change object content (tags, ACLs, restores).
+        message_id: The SQS MessageId, when known.
+    """
+
+    records: tuple[S3Record, ...] = ()
+    envelope: str = "s3"
+    is_test_event: bool = False
+    skipped: int = 0
+    message_id: str | None = None
+
+
+def parse_message(body: str, *, message_id: str | None = None) -> ParsedMessage:
+    """Parse the body of an SQS message carrying S3 event notifications.
+
+    Args:
+        body: The message body (JSON).
+        message_id: The SQS MessageId, quoted in errors.
+
+    Returns:
+        The records, in order; none for a test event.
+
+    Raises:
+        MalformedMessageError: not JSON, not an S3 notification, or a required field is
+            missing or has the wrong type.
+
+    Example:
+        >>> body = ('{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3",'
+        ...         '"eventTime":"2024-01-01T00:00:00.000Z","eventName":"ObjectCreated:Put",'
+        ...         '"s3":{"bucket":{"name":"bkt"},"object":{"key":"a+b%2B.txt","size":3}}}]}')
+        >>> parse_message(body).records[0].key
+        'a b+.txt'
+    """
+    where = f"message {message_id}" if message_id else "message"
+    try:
+        return _parse_document(_loads(body, where), where, message_id, wrapped=False)
+    except MalformedMessageError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MalformedMessageError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def to_file_event(record: S3Record, scope: S3Scope, *,
+                  source_id: str | None = None) -> FileEvent | None:
+    """The `FileEvent` of `record` for the volume `scope`, or None when it is not the volume's.
+
+    A created object's `last_modified_time` is the event time (S3 events carry no other).
+
+    Raises:
+        InvalidPathError: the key is in the volume but its relative path is unsafe.
+
+    Example:
+        >>> to_file_event(record, S3Scope("bkt", "in/"), source_id="m-1")  # doctest: +SKIP
+    """
+    relative = scope.relative_path(record.bucket, record.key, validate=False)  # FileEvent does
+    if relative is None:
+        return None
+    if record.kind is EventKind.CREATED:
+        return FileEvent(EventKind.CREATED, relative, size=record.size, etag=record.etag,
+                         last_modified_time=record.event_time, sequencer=record.sequencer,
+                         event_time=record.event_time, source_id=source_id)
+    return FileEvent(EventKind.REMOVED, relative, sequencer=record.sequencer,
+                     event_time=record.event_time, source_id=source_id)
+
+
+def _loads(body: Any, where: str) -> Any:
+    if not isinstance(body, str):
+        raise MalformedMessageError(f"{where}: body is {type(body).__name__}, not a string")
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise MalformedMessageError(f"{where}: body is not JSON: {exc}") from exc
+
+
+def _parse_document(doc: Any, where: str, message_id: str | None, *,
+                    wrapped: bool) -> ParsedMessage:
+    if not isinstance(doc, dict):
+        raise MalformedMessageError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    if doc.get("Event") == "s3:TestEvent":
+        return ParsedMessage(envelope="s3", is_test_event=True, message_id=message_id)
+    if "Records" in doc:
+        records, skipped = _parse_records(doc["Records"], where)
+        return ParsedMessage(records, "s3", skipped=skipped, message_id=message_id)
+    if "detail-type" in doc or "detail" in doc:
+        return _parse_eventbridge(doc, where, message_id)
+    if "Type" in doc and "TopicArn" in doc and not wrapped:
+        if doc["Type"] != "Notification":  # SubscriptionConfirmation and the like
+            return ParsedMessage(envelope="sns", skipped=1, message_id=message_id)
+        inner = _parse_document(_loads(_required(doc, "Message", str, where), where),
+                                f"{where} (SNS Message)", message_id, wrapped=True)
+        return ParsedMessage(inner.records, "sns", inner.is_test_event, inner.skipped,
+                             message_id)
+    raise MalformedMessageError(
+        f"{where}: not an S3 event notification (no Records, Event, detail or SNS Message; "
+        f"top-level keys {sorted(doc)[:10]})")
+
+
+def _parse_records(raw: Any, where: str) -> tuple[tuple[S3Record, ...], int]:
+    if not isinstance(raw, list):
+        raise MalformedMessageError(f"{where}: Records is {type(raw).__name__}, not a list")
+    records, skipped = [], 0
+    for index, rec in enumerate(raw):
+        at = f"{where} Records[{index}]"
+        if not isinstance(rec, dict):
+            raise MalformedMessageError(f"{at}: not an object")
+        source = rec.get("eventSource", "aws:s3")
+        if source != "aws:s3":
+            raise MalformedMessageError(f"{at}: eventSource {source!r} is not aws:s3")
+        version = str(rec.get("eventVersion", "2"))
+        if version.split(".")[0] != "2":
+            raise MalformedMessageError(f"{at}: unsupported eventVersion {version!r}")
+        name = _required(rec, "eventName", str, at).removeprefix("s3:")
+        kind = _kind_of(name)
+        if kind is None:
+            skipped += 1
+            continue
+        s3 = _required(rec, "s3", dict, at)
+        obj = _required(s3, "object", dict, f"{at}.s3")
+        records.append(S3Record(
+            kind=kind,
+            bucket=_required(_required(s3, "bucket", dict, f"{at}.s3"), "name", str, at),
+            key=_decode_key(_required(obj, "key", str, f"{at}.s3.object"), at),
+            event_time=_timestamp(_required(rec, "eventTime", str, at), at),
+            event_name=name,
+            size=_size(obj, kind, at),
+            etag=normalize_etag(_optional(obj, "eTag", str, at)) if kind is EventKind.CREATED
+            else None,
+            sequencer=_optional(obj, "sequencer", str, at),
+            version_id=_optional(obj, "versionId", str, at),
+        ))
+    return tuple(records), skipped
+
+
+def _parse_eventbridge(doc: dict, where: str, message_id: str | None) -> ParsedMessage:
+    source = doc.get("source")
+    if source != "aws.s3":
+        raise MalformedMessageError(f"{where}: EventBridge source {source!r} is not aws.s3")
+    kind = _EVENTBRIDGE_KINDS.get(_required(doc, "detail-type", str, where))
+    if kind is None:  # Object Tags Added, Object Restore Completed, ...
+        return ParsedMessage(envelope="eventbridge", skipped=1, message_id=message_id)
+    detail = _required(doc, "detail", dict, where)
+    obj = _required(detail, "object", dict, f"{where}.detail")
+    etag = _optional(obj, "etag", str, where) or _optional(obj, "eTag", str, where)
+    record = S3Record(
+        kind=kind,
+        bucket=_required(_required(detail, "bucket", dict, f"{where}.detail"), "name", str, where),
+        key=_required(obj, "key", str, f"{where}.detail.object"),  # EventBridge: not encoded
+        event_time=_timestamp(_required(doc, "time", str, where), where),
+        event_name=f"{doc['detail-type']}:{detail.get('reason', '')}",
+        size=_size(obj, kind, where),
+        etag=normalize_etag(etag) if kind is EventKind.CREATED else None,
+        sequencer=_optional(obj, "sequencer", str, where),
+        version_id=_optional(obj, "version-id", str, where),
+    )
+    return ParsedMessage((record,), "eventbridge", message_id=message_id)
+
+
+def _kind_of(event_name: str) -> EventKind | None:
+    if event_name.startswith(_CREATED_PREFIXES):
+        return EventKind.CREATED
+    if event_name.startswith(_REMOVED_PREFIXES):
+        return EventKind.REMOVED
+    return None
+
+
+def _required(doc: dict, name: str, typ: type, where: str) -> Any:
+    if name not in doc or doc[name] is None:
+        raise MalformedMessageError(f"{where}: missing field {name!r}")
+    value = doc[name]
+    if not isinstance(value, typ) or (typ is str and not value):
+        raise MalformedMessageError(f"{where}: field {name!r} must be a non-empty "
+                                    f"{typ.__name__}, got {value!r:.80}")
+    return value
+
+
+def _optional(doc: dict, name: str, typ: type, where: str) -> Any:
+    if doc.get(name) is None:
+        return None
+    return _required(doc, name, typ, where)
+
+
+def _size(obj: dict, kind: EventKind, where: str) -> int | None:
+    if kind is not EventKind.CREATED:
+        return None  # real S3 sends no size on delete; moto sends the deleted object's
+    if obj.get("size") is None:
+        raise MalformedMessageError(f"{where}: missing field 'size' of a created object")
+    size = obj["size"]
+    if isinstance(size, bool) or not isinstance(size, int | float) or size < 0 or size != int(size):
+        raise MalformedMessageError(f"{where}: object size {size!r} is not a count of bytes")
+    return int(size)
+
+
+def _decode_key(key: str, where: str) -> str:
+    try:
+        return unquote_plus(key, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise MalformedMessageError(f"{where}: key {key!r:.200} is not UTF-8: {exc}") from exc
+
+
+def _timestamp(text: str, where: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise MalformedMessageError(f"{where}: bad timestamp {text!r:.60}") from exc
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
