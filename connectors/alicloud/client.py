@@ -19,11 +19,18 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from connectors.errors import ConnectorError, CredentialsError, ObjectNotFoundError
+from connectors.errors import (
+    ConnectorError,
+    CredentialsError,
+    ObjectNotFoundError,
+    TransientError,
+    is_transient,
+    register_transient,
+)
 
 __all__ = [
     "ENV_ACCESS_KEY_ID", "ENV_ACCESS_KEY_SECRET", "ENV_SECURITY_TOKEN", "AliCloudCredentials",
-    "AliCloudOptions", "is_transient_mns", "is_transient_oss", "translate_mns_errors",
+    "AliCloudOptions", "is_transient", "translate_mns_errors",
     "translate_oss_errors",
 ]
 
@@ -105,8 +112,8 @@ def _mns_code(exc: BaseException) -> str:
     return str(getattr(exc, "type", "") or "")
 
 
-def is_transient_mns(exc: BaseException) -> bool:
-    """True for MNS errors worth retrying: network trouble, throttling, server errors."""
+def _mns_transient(exc: BaseException) -> bool:
+    """aliyun-mns-sdk's share of `is_transient`: network trouble, throttling, server errors."""
     from mns.mns_exception import MNSClientNetworkException, MNSServerException
 
     if isinstance(exc, MNSClientNetworkException):
@@ -114,15 +121,21 @@ def is_transient_mns(exc: BaseException) -> bool:
     return isinstance(exc, MNSServerException) and _mns_code(exc) in _TRANSIENT_CODES
 
 
-def is_transient_oss(exc: BaseException) -> bool:
-    """True for OSS errors worth retrying: network trouble, 5xx, 429 and throttling codes."""
+def _oss_transient(exc: BaseException) -> bool:
+    """oss2's share of `is_transient`: network trouble (also a body cut off mid-read, which
+    requests raises), 5xx, 429 and throttling codes."""
     import oss2.exceptions as oe
+    import requests
 
-    if isinstance(exc, oe.RequestError):
+    if isinstance(exc, oe.RequestError | requests.exceptions.RequestException):
         return True
     if isinstance(exc, oe.OssError) and not isinstance(exc, oe.ClientError):
         return exc.status >= 500 or exc.status == 429 or exc.code in _TRANSIENT_CODES
     return False
+
+
+register_transient(_mns_transient)
+register_transient(_oss_transient)
 
 
 @contextlib.contextmanager
@@ -139,10 +152,12 @@ def translate_mns_errors(action: str) -> Iterator[None]:
         if code in _REJECTED_CREDENTIAL_CODES:
             raise CredentialsError(f"MNS rejected the credentials ({action}): {code}: "
                                    f"{exc.message}") from exc
-        raise ConnectorError(f"MNS {action} failed: {code}: {exc.message} "
-                             f"(request {exc.request_id})") from exc
+        kind = TransientError if is_transient(exc) else ConnectorError
+        raise kind(f"MNS {action} failed: {code}: {exc.message} "
+                   f"(request {exc.request_id})") from exc
     except MNSExceptionBase as exc:
-        raise ConnectorError(f"MNS {action} failed: {_mns_code(exc)}: {exc.message}") from exc
+        kind = TransientError if is_transient(exc) else ConnectorError
+        raise kind(f"MNS {action} failed: {_mns_code(exc)}: {exc.message}") from exc
 
 
 @contextlib.contextmanager
@@ -160,13 +175,15 @@ def translate_oss_errors(action: str, url: str) -> Iterator[None]:
         raise
     except oe.OssError as exc:
         code = getattr(exc, "code", "") or ""
+        kind = TransientError if is_transient(exc) else ConnectorError
+        if isinstance(exc, oe.PreconditionFailed):  # If-Match failed while resuming a read
+            raise ConnectorError(f"{url} changed while it was being read") from exc
         if isinstance(exc, oe.NoSuchKey) or (isinstance(exc, oe.NotFound) and not code):
             raise ObjectNotFoundError(f"{url} does not exist") from exc
         if code in _REJECTED_CREDENTIAL_CODES:
             raise CredentialsError(f"OSS rejected the credentials ({action} {url}): {code}: "
                                    f"{exc.message}") from exc
         if isinstance(exc, oe.RequestError):
-            raise ConnectorError(
-                f"OSS {action} {url} failed: network error: {exc.body!r:.200}") from exc
-        raise ConnectorError(f"OSS {action} {url} failed: {exc.status} {code}: {exc.message} "
-                             f"(request {exc.request_id})") from exc
+            raise kind(f"OSS {action} {url} failed: network error: {exc.body!r:.200}") from exc
+        raise kind(f"OSS {action} {url} failed: {exc.status} {code}: {exc.message} "
+                   f"(request {exc.request_id})") from exc

@@ -1,0 +1,220 @@
+"""OSS event notifications as MNS delivers them: a pure parser (DESIGN §6).
+
+`parse_message` turns one MNS message body into `OssRecord`s. OSS publishes `{"events": [...]}`
+JSON (protocols.md §2.1), and the queue body is base64 of it (§2.2) or, for queues fed another
+way, the JSON itself; both are accepted (a body starting with '{' is JSON, anything else must be
+base64 of JSON). Keys are raw UTF-8 (no URL decoding, unlike S3).
+
+Which events count: `ObjectCreated:*` is CREATED and `ObjectRemoved:*` is REMOVED, except the
+steps of a multipart upload (`InitiateMultipartUpload`, `UploadPart`, `UploadPartCopy`, and
+`ObjectRemoved:AbortMultipartUpload`): the object is not visible until
+`CompleteMultipartUpload`, which is the one event that creates it. `AppendObject` counts as
+CREATED each time: an appendable object is readable at its new size after every append, and OSS
+never says which append is the last. Downloads, restores, replication and unknown categories
+are skipped (counted).
+
+Ordering: OSS events carry no sequencer, only `eventTime` at second precision (ties are
+likely), so `FileEvent.sequencer` stays None and `event_time` is `eventTime`; `_tie_break`
+refines same-second times with MNS's EnqueueTime.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from connectors._objects import normalize_etag
+from connectors.alicloud.store import OssScope, oss_url
+from connectors.errors import MalformedMessageError
+from connectors.events import EventKind, FileEvent
+
+__all__ = ["OssRecord", "ParsedMessage", "parse_message", "to_file_event"]
+
+_INTERMEDIATE = frozenset({"ObjectCreated:InitiateMultipartUpload", "ObjectCreated:UploadPart",
+                           "ObjectCreated:UploadPartCopy", "ObjectRemoved:AbortMultipartUpload"})
+
+
+@dataclass(frozen=True, slots=True)
+class OssRecord:
+    """One object change as OSS reported it; `etag` unquoted (upper-case hex)."""
+
+    kind: EventKind
+    bucket: str
+    key: str
+    event_time: datetime
+    event_name: str
+    size: int | None = None
+    etag: str | None = None
+
+    @property
+    def url(self) -> str:
+        return oss_url(self.bucket, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedMessage:
+    """What one MNS message carried: records in order, how many events were skipped
+    (multipart steps, downloads, ...), and whether the body was "base64" or "plain" JSON."""
+
+    records: tuple[OssRecord, ...] = ()
+    skipped: int = 0
+    encoding: str = "base64"
+    message_id: str | None = None
+
+
+def parse_message(body: str | bytes, *, message_id: str | None = None) -> ParsedMessage:
+    """Parse the body of an MNS message carrying OSS event notifications.
+
+    Args:
+        body: The message body as stored in the queue: base64 of the JSON, or the JSON.
+        message_id: The MNS MessageId, quoted in errors.
+
+    Raises:
+        MalformedMessageError: not (base64 of) JSON, no `events` list, or a required field
+            (eventName, eventTime, oss.bucket.name, oss.object.key, a created object's size)
+            is missing or has the wrong type.
+
+    Example:
+        >>> body = ('{"events":[{"eventName":"ObjectCreated:PutObject","eventTime":'
+        ...         '"2024-01-02T03:04:05.000Z","oss":{"bucket":{"name":"bkt"},'
+        ...         '"object":{"key":"in/a b+c.txt","size":5,"eTag":"5D41"}}}]}')
+        >>> parse_message(body).records[0].key
+        'in/a b+c.txt'
+    """
+    where = f"message {message_id}" if message_id else "message"
+    text, encoding = _decode_body(body, where)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedMessageError(f"{where}: body is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+        keys = sorted(doc)[:10] if isinstance(doc, dict) else type(doc).__name__
+        raise MalformedMessageError(f"{where}: not an OSS event notification (no 'events' "
+                                    f"list; got {keys})")
+    records, skipped = [], 0
+    for index, event in enumerate(doc["events"]):
+        record = _parse_event(event, f"{where} events[{index}]")
+        if record is None:
+            skipped += 1
+        else:
+            records.append(record)
+    return ParsedMessage(tuple(records), skipped, encoding, message_id)
+
+
+def to_file_event(record: OssRecord, scope: OssScope, *,
+                  source_id: str | None = None) -> FileEvent | None:
+    """The `FileEvent` of `record` for the volume `scope`, or None when it is not the volume's.
+
+    A created object's `last_modified_time` is the event time (the event carries no other).
+
+    Raises:
+        InvalidPathError: the key is in the volume but its relative path is unsafe.
+    """
+    relative = scope.relative_path(record.bucket, record.key)
+    if relative is None:
+        return None
+    if record.kind is EventKind.CREATED:
+        return FileEvent(EventKind.CREATED, relative, size=record.size, etag=record.etag,
+                         last_modified_time=record.event_time, event_time=record.event_time,
+                         source_id=source_id)
+    return FileEvent(EventKind.REMOVED, relative, event_time=record.event_time,
+                     source_id=source_id)
+
+
+def _tie_break(event: FileEvent, enqueue_ms: int) -> FileEvent:
+    """Order same-second events across batches by when MNS enqueued them.
+
+    OSS stamps events to the second, so a put and a delete of one key in the same second would
+    otherwise compare equal, and the later one (in a later batch) would be ignored. MNS's
+    EnqueueTime has milliseconds: the lag from the event's second to its enqueueing, squashed
+    monotonically into [0, 1 s) and never past the lag itself (so the refined time is never
+    later than the enqueueing, and never reaches the next second), orders them. A redelivered
+    message keeps its EnqueueTime, so redeliveries still compare equal and change nothing.
+    """
+    t = event.event_time
+    if t.microsecond or not enqueue_ms:
+        return event
+    lag_ms = enqueue_ms - int(t.timestamp()) * 1000
+    if lag_ms <= 0:
+        return event
+    offset_us = int(lag_ms * 1000 * _SQUASH_MS / (lag_ms + _SQUASH_MS))
+    return dataclasses.replace(event, event_time=t + timedelta(microseconds=offset_us))
+
+
+_SQUASH_MS = 1000
+
+
+def _decode_body(body: str | bytes, where: str) -> tuple[str, str]:
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedMessageError(f"{where}: body is not UTF-8: {exc}") from exc
+    if not isinstance(body, str):
+        raise MalformedMessageError(f"{where}: body is {type(body).__name__}, not text")
+    text = body.strip()
+    if text.startswith("{"):
+        return text, "plain"
+    try:
+        return base64.b64decode(text, validate=True).decode("utf-8"), "base64"
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedMessageError(f"{where}: body is neither JSON nor base64 of JSON: "
+                                    f"{text[:60]!r}") from exc
+
+
+def _parse_event(event: Any, at: str) -> OssRecord | None:
+    if not isinstance(event, dict):
+        raise MalformedMessageError(f"{at}: not an object")
+    source = event.get("eventSource", "acs:oss")
+    if source != "acs:oss":
+        raise MalformedMessageError(f"{at}: eventSource {source!r} is not acs:oss")
+    name = _required(event, "eventName", str, at).removeprefix("oss:")
+    if name in _INTERMEDIATE:
+        return None
+    if name.startswith("ObjectCreated:"):
+        kind = EventKind.CREATED
+    elif name.startswith("ObjectRemoved:"):
+        kind = EventKind.REMOVED
+    else:
+        return None
+    oss = _required(event, "oss", dict, at)
+    obj = _required(oss, "object", dict, f"{at}.oss")
+    size = None
+    if kind is EventKind.CREATED:
+        size = obj.get("size")
+        if (isinstance(size, bool) or not isinstance(size, int | float) or size < 0
+                or size != int(size)):
+            raise MalformedMessageError(f"{at}: object size {size!r} of a created object is "
+                                        "not a count of bytes")
+        size = int(size)
+    etag = obj.get("eTag") if kind is EventKind.CREATED else None
+    return OssRecord(
+        kind=kind,
+        bucket=_required(_required(oss, "bucket", dict, f"{at}.oss"), "name", str, at),
+        key=_required(obj, "key", str, f"{at}.oss.object"),
+        event_time=_timestamp(_required(event, "eventTime", str, at), at),
+        event_name=name,
+        size=size,
+        etag=normalize_etag(etag) if isinstance(etag, str) else None,
+    )
+
+
+def _required(doc: dict, name: str, typ: type, where: str) -> Any:
+    value = doc.get(name)
+    if not isinstance(value, typ) or (typ is str and not value):
+        raise MalformedMessageError(f"{where}: field {name!r} must be a non-empty "
+                                    f"{typ.__name__}, got {value!r:.80}")
+    return value
+
+
+def _timestamp(text: str, where: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise MalformedMessageError(f"{where}: bad eventTime {text!r:.60}") from exc
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
