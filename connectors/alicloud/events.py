@@ -25,11 +25,11 @@ import binascii
 import dataclasses
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, ClassVar
 
 from connectors._objects import normalize_etag
-from connectors.alicloud.store import OssScope, oss_url
+from connectors._records import ObjectRecord, object_size, required, timestamp, to_file_event
 from connectors.errors import MalformedMessageError
 from connectors.events import EventKind, FileEvent
 
@@ -40,20 +40,11 @@ _INTERMEDIATE = frozenset({"ObjectCreated:InitiateMultipartUpload", "ObjectCreat
 
 
 @dataclass(frozen=True, slots=True)
-class OssRecord:
-    """One object change as OSS reported it; `etag` unquoted (upper-case hex)."""
+class OssRecord(ObjectRecord):
+    """One object change as OSS reported it; `etag` unquoted (upper-case hex). OSS events carry
+    no sequencer or version id, so those stay None."""
 
-    kind: EventKind
-    bucket: str
-    key: str
-    event_time: datetime
-    event_name: str
-    size: int | None = None
-    etag: str | None = None
-
-    @property
-    def url(self) -> str:
-        return oss_url(self.bucket, self.key)
+    scheme: ClassVar[str] = "oss"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,26 +97,6 @@ def parse_message(body: str | bytes, *, message_id: str | None = None) -> Parsed
     return ParsedMessage(tuple(records), skipped, encoding, message_id)
 
 
-def to_file_event(record: OssRecord, scope: OssScope, *,
-                  source_id: str | None = None) -> FileEvent | None:
-    """The `FileEvent` of `record` for the volume `scope`, or None when it is not the volume's.
-
-    A created object's `last_modified_time` is the event time (the event carries no other).
-
-    Raises:
-        InvalidPathError: the key is in the volume but its relative path is unsafe.
-    """
-    relative = scope.relative_path(record.bucket, record.key)
-    if relative is None:
-        return None
-    if record.kind is EventKind.CREATED:
-        return FileEvent(EventKind.CREATED, relative, size=record.size, etag=record.etag,
-                         last_modified_time=record.event_time, event_time=record.event_time,
-                         source_id=source_id)
-    return FileEvent(EventKind.REMOVED, relative, event_time=record.event_time,
-                     source_id=source_id)
-
-
 def _tie_break(event: FileEvent, enqueue_ms: int) -> FileEvent:
     """Order same-second events across batches by when MNS enqueued them.
 
@@ -173,7 +144,7 @@ def _parse_event(event: Any, at: str) -> OssRecord | None:
     source = event.get("eventSource", "acs:oss")
     if source != "acs:oss":
         raise MalformedMessageError(f"{at}: eventSource {source!r} is not acs:oss")
-    name = _required(event, "eventName", str, at).removeprefix("oss:")
+    name = required(event, "eventName", str, at).removeprefix("oss:")
     if name in _INTERMEDIATE:
         return None
     if name.startswith("ObjectCreated:"):
@@ -182,39 +153,15 @@ def _parse_event(event: Any, at: str) -> OssRecord | None:
         kind = EventKind.REMOVED
     else:
         return None
-    oss = _required(event, "oss", dict, at)
-    obj = _required(oss, "object", dict, f"{at}.oss")
-    size = None
-    if kind is EventKind.CREATED:
-        size = obj.get("size")
-        if (isinstance(size, bool) or not isinstance(size, int | float) or size < 0
-                or size != int(size)):
-            raise MalformedMessageError(f"{at}: object size {size!r} of a created object is "
-                                        "not a count of bytes")
-        size = int(size)
+    oss = required(event, "oss", dict, at)
+    obj = required(oss, "object", dict, f"{at}.oss")
     etag = obj.get("eTag") if kind is EventKind.CREATED else None
     return OssRecord(
         kind=kind,
-        bucket=_required(_required(oss, "bucket", dict, f"{at}.oss"), "name", str, at),
-        key=_required(obj, "key", str, f"{at}.oss.object"),
-        event_time=_timestamp(_required(event, "eventTime", str, at), at),
+        bucket=required(required(oss, "bucket", dict, f"{at}.oss"), "name", str, at),
+        key=required(obj, "key", str, f"{at}.oss.object"),
+        event_time=timestamp(required(event, "eventTime", str, at), at),
         event_name=name,
-        size=size,
+        size=object_size(obj, kind, at),
         etag=normalize_etag(etag) if isinstance(etag, str) else None,
     )
-
-
-def _required(doc: dict, name: str, typ: type, where: str) -> Any:
-    value = doc.get(name)
-    if not isinstance(value, typ) or (typ is str and not value):
-        raise MalformedMessageError(f"{where}: field {name!r} must be a non-empty "
-                                    f"{typ.__name__}, got {value!r:.80}")
-    return value
-
-
-def _timestamp(text: str, where: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise MalformedMessageError(f"{where}: bad eventTime {text!r:.60}") from exc
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote_plus
 
 from connectors._objects import normalize_etag
-from connectors.aws.store import S3Scope, s3_url
+from connectors._records import (
+    ObjectRecord,
+    object_size,
+    optional,
+    required,
+    timestamp,
+    to_file_event,
+)
 from connectors.errors import MalformedMessageError
-from connectors.events import EventKind, FileEvent
+from connectors.events import EventKind
 
 __all__ = ["ParsedMessage", "S3Record", "parse_message", "to_file_event"]
 
@@ -30,22 +36,10 @@ _EVENTBRIDGE_KINDS = {"Object Created": EventKind.CREATED, "Object Deleted": Eve
 
 
 @dataclass(frozen=True, slots=True)
-class S3Record:
+class S3Record(ObjectRecord):
     """One object change as S3 reported it; `key` is decoded, `etag` unquoted."""
 
-    kind: EventKind
-    bucket: str
-    key: str
-    event_time: datetime
-    event_name: str
-    size: int | None = None
-    etag: str | None = None
-    sequencer: str | None = None
-    version_id: str | None = None
-
-    @property
-    def url(self) -> str:
-        return s3_url(self.bucket, self.key)
+    scheme: ClassVar[str] = "s3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,29 +91,6 @@ def parse_message(body: str, *, message_id: str | None = None) -> ParsedMessage:
         raise MalformedMessageError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 
-def to_file_event(record: S3Record, scope: S3Scope, *,
-                  source_id: str | None = None) -> FileEvent | None:
-    """The `FileEvent` of `record` for the volume `scope`, or None when it is not the volume's.
-
-    A created object's `last_modified_time` is the event time (S3 events carry no other).
-
-    Raises:
-        InvalidPathError: the key is in the volume but its relative path is unsafe.
-
-    Example:
-        >>> to_file_event(record, S3Scope("bkt", "in/"), source_id="m-1")  # doctest: +SKIP
-    """
-    relative = scope.relative_path(record.bucket, record.key, validate=False)  # FileEvent does
-    if relative is None:
-        return None
-    if record.kind is EventKind.CREATED:
-        return FileEvent(EventKind.CREATED, relative, size=record.size, etag=record.etag,
-                         last_modified_time=record.event_time, sequencer=record.sequencer,
-                         event_time=record.event_time, source_id=source_id)
-    return FileEvent(EventKind.REMOVED, relative, sequencer=record.sequencer,
-                     event_time=record.event_time, source_id=source_id)
-
-
 def _loads(body: Any, where: str) -> Any:
     if not isinstance(body, str):
         raise MalformedMessageError(f"{where}: body is {type(body).__name__}, not a string")
@@ -143,7 +114,7 @@ def _parse_document(doc: Any, where: str, message_id: str | None, *,
     if "Type" in doc and "TopicArn" in doc and not wrapped:
         if doc["Type"] != "Notification":  # SubscriptionConfirmation and the like
             return ParsedMessage(envelope="sns", skipped=1, message_id=message_id)
-        inner = _parse_document(_loads(_required(doc, "Message", str, where), where),
+        inner = _parse_document(_loads(required(doc, "Message", str, where), where),
                                 f"{where} (SNS Message)", message_id, wrapped=True)
         return ParsedMessage(inner.records, "sns", inner.is_test_event, inner.skipped,
                              message_id)
@@ -166,24 +137,24 @@ def _parse_records(raw: Any, where: str) -> tuple[tuple[S3Record, ...], int]:
         version = str(rec.get("eventVersion", "2"))
         if version.split(".")[0] != "2":
             raise MalformedMessageError(f"{at}: unsupported eventVersion {version!r}")
-        name = _required(rec, "eventName", str, at).removeprefix("s3:")
+        name = required(rec, "eventName", str, at).removeprefix("s3:")
         kind = _kind_of(name)
         if kind is None:
             skipped += 1
             continue
-        s3 = _required(rec, "s3", dict, at)
-        obj = _required(s3, "object", dict, f"{at}.s3")
+        s3 = required(rec, "s3", dict, at)
+        obj = required(s3, "object", dict, f"{at}.s3")
         records.append(S3Record(
             kind=kind,
-            bucket=_required(_required(s3, "bucket", dict, f"{at}.s3"), "name", str, at),
-            key=_decode_key(_required(obj, "key", str, f"{at}.s3.object"), at),
-            event_time=_timestamp(_required(rec, "eventTime", str, at), at),
+            bucket=required(required(s3, "bucket", dict, f"{at}.s3"), "name", str, at),
+            key=_decode_key(required(obj, "key", str, f"{at}.s3.object"), at),
+            event_time=timestamp(required(rec, "eventTime", str, at), at),
             event_name=name,
-            size=_size(obj, kind, at),
-            etag=normalize_etag(_optional(obj, "eTag", str, at)) if kind is EventKind.CREATED
+            size=object_size(obj, kind, at),
+            etag=normalize_etag(optional(obj, "eTag", str, at)) if kind is EventKind.CREATED
             else None,
-            sequencer=_optional(obj, "sequencer", str, at),
-            version_id=_optional(obj, "versionId", str, at),
+            sequencer=optional(obj, "sequencer", str, at),
+            version_id=optional(obj, "versionId", str, at),
         ))
     return tuple(records), skipped
 
@@ -192,22 +163,22 @@ def _parse_eventbridge(doc: dict, where: str, message_id: str | None) -> ParsedM
     source = doc.get("source")
     if source != "aws.s3":
         raise MalformedMessageError(f"{where}: EventBridge source {source!r} is not aws.s3")
-    kind = _EVENTBRIDGE_KINDS.get(_required(doc, "detail-type", str, where))
+    kind = _EVENTBRIDGE_KINDS.get(required(doc, "detail-type", str, where))
     if kind is None:  # Object Tags Added, Object Restore Completed, ...
         return ParsedMessage(envelope="eventbridge", skipped=1, message_id=message_id)
-    detail = _required(doc, "detail", dict, where)
-    obj = _required(detail, "object", dict, f"{where}.detail")
-    etag = _optional(obj, "etag", str, where) or _optional(obj, "eTag", str, where)
+    detail = required(doc, "detail", dict, where)
+    obj = required(detail, "object", dict, f"{where}.detail")
+    etag = optional(obj, "etag", str, where) or optional(obj, "eTag", str, where)
     record = S3Record(
         kind=kind,
-        bucket=_required(_required(detail, "bucket", dict, f"{where}.detail"), "name", str, where),
-        key=_required(obj, "key", str, f"{where}.detail.object"),  # EventBridge: not encoded
-        event_time=_timestamp(_required(doc, "time", str, where), where),
+        bucket=required(required(detail, "bucket", dict, f"{where}.detail"), "name", str, where),
+        key=required(obj, "key", str, f"{where}.detail.object"),  # EventBridge: not encoded
+        event_time=timestamp(required(doc, "time", str, where), where),
         event_name=f"{doc['detail-type']}:{detail.get('reason', '')}",
-        size=_size(obj, kind, where),
+        size=object_size(obj, kind, where),
         etag=normalize_etag(etag) if kind is EventKind.CREATED else None,
-        sequencer=_optional(obj, "sequencer", str, where),
-        version_id=_optional(obj, "version-id", str, where),
+        sequencer=optional(obj, "sequencer", str, where),
+        version_id=optional(obj, "version-id", str, where),
     )
     return ParsedMessage((record,), "eventbridge", message_id=message_id)
 
@@ -220,31 +191,10 @@ def _kind_of(event_name: str) -> EventKind | None:
     return None
 
 
-def _required(doc: dict, name: str, typ: type, where: str) -> Any:
-    if name not in doc or doc[name] is None:
-        raise MalformedMessageError(f"{where}: missing field {name!r}")
-    value = doc[name]
-    if not isinstance(value, typ) or (typ is str and not value):
-        raise MalformedMessageError(f"{where}: field {name!r} must be a non-empty "
-                                    f"{typ.__name__}, got {value!r:.80}")
-    return value
 
 
-def _optional(doc: dict, name: str, typ: type, where: str) -> Any:
-    if doc.get(name) is None:
-        return None
-    return _required(doc, name, typ, where)
 
 
-def _size(obj: dict, kind: EventKind, where: str) -> int | None:
-    if kind is not EventKind.CREATED:
-        return None  # real S3 sends no size on delete; moto sends the deleted object's
-    if obj.get("size") is None:
-        raise MalformedMessageError(f"{where}: missing field 'size' of a created object")
-    size = obj["size"]
-    if isinstance(size, bool) or not isinstance(size, int | float) or size < 0 or size != int(size):
-        raise MalformedMessageError(f"{where}: object size {size!r} is not a count of bytes")
-    return int(size)
 
 
 def _decode_key(key: str, where: str) -> str:
@@ -253,10 +203,3 @@ def _decode_key(key: str, where: str) -> str:
     except UnicodeDecodeError as exc:
         raise MalformedMessageError(f"{where}: key {key!r:.200} is not UTF-8: {exc}") from exc
 
-
-def _timestamp(text: str, where: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise MalformedMessageError(f"{where}: bad timestamp {text!r:.60}") from exc
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

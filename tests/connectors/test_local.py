@@ -28,7 +28,6 @@ from watchdog.events import (
 from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent
 
 from connectors.errors import ListenerClosedError
-from connectors.protocols import LISTING_SCHEMA, Listener, Lister, ObjectReader
 from connectors.events import EventKind, FileEvent, InvalidPathError
 from connectors.local import (
     LocalListener,
@@ -38,6 +37,7 @@ from connectors.local import (
     file_url,
     list_local,
 )
+from connectors.protocols import LISTING_SCHEMA, Listener, Lister, ObjectReader
 
 DEBOUNCE = 0.05
 
