@@ -17,7 +17,8 @@ from connectors.errors import MalformedMessageError
 from connectors.events import EventKind, FileEvent
 from connectors.scope import BucketScope
 
-__all__ = ["ObjectRecord", "object_size", "optional", "required", "timestamp", "to_file_event"]
+__all__ = ["ObjectRecord", "object_size", "optional", "required", "timestamp", "to_file_event",
+           "where"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,11 @@ def to_file_event(record: ObjectRecord, scope: BucketScope, *,
                          event_time=record.event_time, source_id=source_id)
     return FileEvent(EventKind.REMOVED, relative, sequencer=record.sequencer,
                      event_time=record.event_time, source_id=source_id)
+
+
+def where(message_id: str | None) -> str:
+    """How errors name a message: "message <id>", or just "message"."""
+    return f"message {message_id}" if message_id else "message"
 
 
 def required(doc: dict, name: str, typ: type, where: str) -> Any:

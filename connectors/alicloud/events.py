@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from connectors._objects import normalize_etag
 from connectors._records import ObjectRecord, object_size, required, timestamp, to_file_event
+from connectors._records import where as where_of
 from connectors.errors import MalformedMessageError
 from connectors.events import EventKind, FileEvent
 
@@ -70,14 +71,14 @@ def parse_message(body: str | bytes, *, message_id: str | None = None) -> Parsed
             (eventName, eventTime, oss.bucket.name, oss.object.key, a created object's size)
             is missing or has the wrong type.
 
-    Example:
-        >>> body = ('{"events":[{"eventName":"ObjectCreated:PutObject","eventTime":'
-        ...         '"2024-01-02T03:04:05.000Z","oss":{"bucket":{"name":"bkt"},'
-        ...         '"object":{"key":"in/a b+c.txt","size":5,"eTag":"5D41"}}}]}')
-        >>> parse_message(body).records[0].key
-        'in/a b+c.txt'
+    Example (keys are taken verbatim):
+        >>> event = {"eventName": "ObjectCreated:PutObject", "eventTime": "2024-01-02T03:04:05Z",
+        ...          "oss": {"bucket": {"name": "bkt"}, "object": {"key": "in/a b+c.txt",
+        ...                                                       "size": 5, "eTag": "5D41"}}}
+        >>> [r.key for r in parse_message(json.dumps({"events": [event]})).records]
+        ['in/a b+c.txt']
     """
-    where = f"message {message_id}" if message_id else "message"
+    where = where_of(message_id)
     text, encoding = _decode_body(body, where)
     try:
         doc = json.loads(text)

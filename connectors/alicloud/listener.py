@@ -31,19 +31,12 @@ from mns.mns_exception import MNSServerException
 from connectors._objects import RETRY
 from connectors._queue import QueueListener
 from connectors.alicloud.client import AliCloudOptions, translate_mns_errors
-from connectors.alicloud.events import (
-    OssRecord,
-    ParsedMessage,
-    _tie_break,
-    parse_message,
-    to_file_event,
-)
+from connectors.alicloud.events import ParsedMessage, _tie_break, parse_message, to_file_event
 from connectors.alicloud.store import OssScope
 from connectors.errors import ConnectorError, is_transient
 from connectors.events import FileEvent
 
-__all__ = ["MnsHandle", "MnsListener", "OssRecord", "ParsedMessage", "parse_message",
-           "to_file_event"]
+__all__ = ["MnsHandle", "MnsListener"]
 
 logger = logging.getLogger("connectors.mns")
 

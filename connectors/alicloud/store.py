@@ -39,25 +39,17 @@ logger = logging.getLogger("connectors.oss")
 _RANGE_HEADERS = {"x-oss-range-behavior": "standard"}
 
 
-def oss_url(bucket: str, key: str) -> str:
-    """The `oss://bucket/key` URL of an object, key verbatim (no percent-encoding).
-
-    Example:
-        >>> oss_url("bkt", "dir/a b+c.txt")
-        'oss://bkt/dir/a b+c.txt'
-    """
-    return f"oss://{bucket}/{key}"
-
-
 class OssScope(BucketScope):
-    """Which keys of which bucket make up a volume (see `connectors.scope.BucketScope`).
+    """Which keys of an OSS bucket a volume holds; `oss_url(bucket, key)` names any object.
 
-    Example:
-        >>> OssScope("bkt", "in").url("a b.csv")
-        'oss://bkt/in/a b.csv'
+    >>> (OssScope("bkt", "in").url("a b.csv"), oss_url("bkt", "a+b"))
+    ('oss://bkt/in/a b.csv', 'oss://bkt/a+b')
     """
 
     scheme = "oss"
+
+
+oss_url = OssScope.object_url  # the URL of an object, key verbatim
 
 
 class _Oss(ObjectStore):

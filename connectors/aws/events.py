@@ -25,6 +25,7 @@ from connectors._records import (
     timestamp,
     to_file_event,
 )
+from connectors._records import where as where_of
 from connectors.errors import MalformedMessageError
 from connectors.events import EventKind
 
@@ -82,7 +83,7 @@ def parse_message(body: str, *, message_id: str | None = None) -> ParsedMessage:
         >>> parse_message(body).records[0].key
         'a b+.txt'
     """
-    where = f"message {message_id}" if message_id else "message"
+    where = where_of(message_id)
     try:
         return _parse_document(_loads(body, where), where, message_id, wrapped=False)
     except MalformedMessageError:

@@ -7,11 +7,7 @@ MessageId, counted and left on the queue for its redrive policy. The boto3 calls
 ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibilityBatch and GetQueueAttributes
 (`backlog`, and the queue's visibility timeout): deploy/aws/listener-policy.json grants exactly
 those.
-
-    with SqsListener(queue_url, bucket="bkt", prefix="in/") as listener:
-        batch = listener.receive(timeout=20)
-        table.apply(batch.events)
-        listener.ack(batch.handles)
+Use it like any listener: receive, commit the events, then `ack(batch.handles)`.
 """
 
 from __future__ import annotations
@@ -21,15 +17,10 @@ from typing import Any, ClassVar
 
 from connectors._queue import QueueListener
 from connectors.aws.client import ClientOptions, region_from_queue_url, translate_errors
-from connectors.aws.events import (
-    ParsedMessage,
-    S3Record,
-    parse_message,
-    to_file_event,
-)
+from connectors.aws.events import ParsedMessage, parse_message, to_file_event
 from connectors.aws.store import S3Scope
 
-__all__ = ["ParsedMessage", "S3Record", "SqsListener", "parse_message", "to_file_event"]
+__all__ = ["SqsListener"]
 
 logger = logging.getLogger("connectors.sqs")
 

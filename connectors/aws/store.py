@@ -36,25 +36,18 @@ logger = logging.getLogger("connectors.s3")
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 
 
-def s3_url(bucket: str, key: str) -> str:
-    """The `s3://bucket/key` URL of an object, key verbatim (no percent-encoding).
-
-    Example:
-        >>> s3_url("bkt", "dir/a b+c.txt")
-        's3://bkt/dir/a b+c.txt'
-    """
-    return f"s3://{bucket}/{key}"
-
-
 class S3Scope(BucketScope):
-    """Which keys of which bucket make up a volume (see `connectors.scope.BucketScope`).
+    """An S3 volume's keys (see `connectors.scope.BucketScope`); URLs are `s3://bucket/key`.
 
-    Example:
-        >>> S3Scope("bkt", "in").url("a b.csv")
-        's3://bkt/in/a b.csv'
+    >>> S3Scope("bkt", "in").url("a b.csv"), s3_url("bkt", "dir/a b+c.txt")
+    ('s3://bkt/in/a b.csv', 's3://bkt/dir/a b+c.txt')
     """
 
     scheme = "s3"
+
+
+#: The `s3://bucket/key` URL of an object, key verbatim (no percent-encoding).
+s3_url = S3Scope.object_url
 
 
 class _S3(ObjectStore):
