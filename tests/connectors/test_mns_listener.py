@@ -273,3 +273,27 @@ def test_backlog_counts_waiting_messages(mns_server, vol, listen):
     got = listener.receive(timeout=0)
     listener.ack(got.handles)
     assert listener.backlog() == 0
+
+
+def test_each_event_maps_to_its_messages_handle_and_a_partial_ack_keeps_the_rest(
+        mns_server, vol, listen):
+    """Issue 16 item 4: a poison event holds only its own message, not the whole batch."""
+    listener = listen()
+    for name in ("a.txt", "poison.txt", "c.txt"):
+        vol.oss.put_object(f"in/{name}", b"x")
+    batch = listener.receive(timeout=0)
+    assert sorted(e.relative_path for e in batch.events) == ["a.txt", "c.txt", "poison.txt"]
+    mapping = batch.source_handles
+    assert set(mapping) == {e.source_id for e in batch.events}
+    assert all(mapping[e.source_id].message_id == e.source_id for e in batch.events)
+    assert len({id(h) for h in mapping.values()}) == 3
+    assert batch.info["handle_of_source"] == dict(mapping)  # what the daemon reads today
+    poison = next(e for e in batch.events if e.relative_path == "poison.txt")
+    listener.ack([mapping[e.source_id] for e in batch.events if e is not poison])
+    (kept,) = mns_server.backend.messages(vol.queue_name)
+    assert kept.message_id == poison.source_id and "poison.txt" in _decoded(kept.body)
+
+
+def _decoded(body: str) -> str:
+    import base64
+    return body if body.lstrip().startswith("{") else base64.b64decode(body).decode()
