@@ -13,10 +13,10 @@ import time
 import oss2
 import pytest
 
-from connectors.base import Listener
 from connectors.errors import ConnectorError, CredentialsError
 from connectors.events import EventKind
 from connectors.mns import MnsHandle, MnsListener
+from connectors.protocols import Listener
 from tests.alicloud_fixtures import (  # noqa: F401
     FAKE_ACCESS_KEY_ID,
     alicloud_env,
@@ -297,3 +297,22 @@ def test_each_event_maps_to_its_messages_handle_and_a_partial_ack_keeps_the_rest
 def _decoded(body: str) -> str:
     import base64
     return body if body.lstrip().startswith("{") else base64.b64decode(body).decode()
+
+
+def test_drain_stops_before_its_own_messages_become_visible_again(mns_server, oss_server,
+                                                                  listen):
+    """The MNS drain has the same visibility guard as SQS's: it reads the queue's visibility
+    timeout and stops at half of it, so it never receives its own messages a second time."""
+    short = make_volume(mns_server, oss_server, visibility_timeout=1)
+    for i in range(400):
+        body = json.dumps({"events": [{"eventName": "ObjectCreated:PutObject",
+                                       "eventTime": "2024-01-02T03:04:05.000Z",
+                                       "oss": {"bucket": {"name": short.bucket},
+                                               "object": {"key": f"in/d{i}", "size": 1}}}]})
+        mns_server.backend.send(short.queue_name, body)
+    listener = listen(short, batch_size=1, max_workers=1)
+    batch = listener.receive(timeout=0)
+    paths = [e.relative_path for e in batch.events]
+    assert paths and len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
+    listener.ack(batch.handles)
+    assert left(mns_server, short) == 400 - len(paths)

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from connectors.base import Listener
 from connectors.errors import ConnectorError, CredentialsError
 from connectors.events import EventKind
+from connectors.protocols import Listener
 from connectors.s3 import normalize_etag
 from connectors.sqs import SqsListener
 from tests.aws_fixtures import (  # noqa: F401
