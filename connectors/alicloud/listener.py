@@ -141,7 +141,11 @@ class MnsListener(QueueListener):
         Raises:
             ConnectorError: the attributes cannot be read (e.g. no mns:GetQueueAttributes).
         """
-        return int(self._attributes().active_messages)
+        attributes = self._attributes()
+        with warnings.catch_warnings():
+            # aliyun-mns-sdk 1.3 marks ActiveMessages deprecated but offers no replacement yet
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return int(attributes.active_messages)
 
     def _read_visibility(self) -> int:
         return int(self._attributes().visibility_timeout)
