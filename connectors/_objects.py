@@ -253,7 +253,7 @@ class ObjectStream(io.RawIOBase):
                 raise exc
         except ConnectorError:
             raise
-        except BaseException:  # not an SDK error the store converts
+        except Exception:  # not an SDK error the store converts
             raise ConnectorError(f"reading {self.name} failed at byte {self._pos}: "
                                  f"{type(exc).__name__}: {exc}") from exc
 

@@ -6,6 +6,7 @@
     ├── MalformedMessageError       a queue message is not an event we understand (ValueError)
     ├── CredentialsError            no usable credentials; the message names what was tried
     ├── ObjectNotFoundError         the object is gone (FileNotFoundError)
+    ├── ObjectChangedError          the object changed while it was being read
     └── InvalidPathError            a relative path that must never enter a table (ValueError)
 
 SDK exceptions are converted at the connector edge with `raise ... from exc`, so callers catch
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidPathError",
     "ListenerClosedError",
     "MalformedMessageError",
+    "ObjectChangedError",
     "ObjectNotFoundError",
     "TransientError",
     "is_transient",
@@ -58,6 +60,10 @@ class CredentialsError(ConnectorError):
 
 class ObjectNotFoundError(ConnectorError, FileNotFoundError):
     """The object does not exist (any more): deleted between the event and the read."""
+
+
+class ObjectChangedError(ConnectorError):
+    """The object was replaced while a read resumed (its ETag no longer matches)."""
 
 
 class InvalidPathError(ConnectorError, ValueError):

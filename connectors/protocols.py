@@ -85,9 +85,9 @@ class Listener:
         """Keep `handles` invisible to other receivers for `seconds` more (long batches)."""
         raise NotImplementedError
 
-    def backlog(self) -> int:
-        """How many messages or changes wait to be received (for metrics)."""
-        raise NotImplementedError
+    def backlog(self) -> int | None:
+        """How many messages or changes wait to be received (for metrics); None if unknown."""
+        return None
 
     @property
     def idle(self) -> bool:

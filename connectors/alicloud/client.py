@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from connectors.errors import (
     ConnectorError,
     CredentialsError,
+    ObjectChangedError,
     ObjectNotFoundError,
     TransientError,
     is_transient,
@@ -177,7 +178,7 @@ def translate_oss_errors(action: str, url: str) -> Iterator[None]:
         code = getattr(exc, "code", "") or ""
         kind = TransientError if is_transient(exc) else ConnectorError
         if isinstance(exc, oe.PreconditionFailed):  # If-Match failed while resuming a read
-            raise ConnectorError(f"{url} changed while it was being read") from exc
+            raise ObjectChangedError(f"{url} changed while it was being read") from exc
         if isinstance(exc, oe.NoSuchKey) or (isinstance(exc, oe.NotFound) and not code):
             raise ObjectNotFoundError(f"{url} does not exist") from exc
         if code in _REJECTED_CREDENTIAL_CODES:

@@ -157,16 +157,22 @@ class MnsListener(QueueListener):
             warnings.simplefilter("ignore", DeprecationWarning)
             return RETRY(lambda: self._queue().get_attributes())()
 
-    def _queue(self) -> Any:
-        """This thread's SDK queue client (one HTTP connection each; raw, undecoded bodies)."""
-        self._check_open()  # also stops retries of calls cut off by close()
+    def _queue(self, *, receiving: bool = True) -> Any:
+        """This thread's SDK queue client (one HTTP connection each; raw, undecoded bodies).
+
+        Receiving refuses once closed (which also stops retries of calls cut off by `close`);
+        acks and visibility changes still work after `close`, as the base promises.
+        """
+        if receiving:
+            self._check_open()
         queue = getattr(self._local, "queue", None)
         if queue is None:
             creds = self._credentials
             account = Account(self.endpoint, creds.access_key_id, creds.access_key_secret,
                               creds.security_token or "")
             with self._lock:
-                self._check_open()
+                if receiving:
+                    self._check_open()
                 self._accounts.append(account)
             queue = account.get_queue(self.queue_name)
             queue.set_encoding(False)  # we decode base64 ourselves, tolerating plain JSON
@@ -223,7 +229,7 @@ class MnsListener(QueueListener):
         by_receipt = {_receipt(h): h for h in chunk}
         with translate_mns_errors(f"BatchDeleteMessage {self.queue_name}"):
             try:
-                self._queue().batch_delete_message(sorted(by_receipt))
+                self._queue(receiving=False).batch_delete_message(sorted(by_receipt))
                 return []
             except MNSServerException as exc:
                 if not exc.sub_errors:
@@ -246,11 +252,12 @@ class MnsListener(QueueListener):
     def _change_visibility(self, chunk: list[MnsHandle], seconds: int) -> list[MnsHandle]:
         """ChangeMessageVisibility for each handle; returns those failing transiently."""
         pending = []
+        queue = self._queue(receiving=False)
         for handle in chunk:
             try:
                 with translate_mns_errors(f"ChangeMessageVisibility {self.queue_name}"):
                     try:
-                        handle.receipt_handle = self._queue().change_message_visibility(
+                        handle.receipt_handle = queue.change_message_visibility(
                             handle.receipt_handle, max(1, seconds)).receipt_handle
                     except MNSServerException as exc:
                         if exc.type not in _STALE_CODES:

@@ -26,7 +26,7 @@ import botocore.exceptions as bce
 
 from connectors._objects import ObjectStore, normalize_etag
 from connectors.aws.client import ClientOptions, error_code, translate_errors
-from connectors.errors import ConnectorError, ObjectNotFoundError
+from connectors.errors import ObjectChangedError, ObjectNotFoundError
 from connectors.scope import BucketScope, normalize_prefix
 
 __all__ = ["S3Lister", "S3Reader", "S3Scope", "normalize_etag", "normalize_prefix", "s3_url"]
@@ -77,7 +77,7 @@ class _S3(ObjectStore):
                 if code in _NOT_FOUND_CODES:
                     raise ObjectNotFoundError(f"{url} does not exist") from exc
                 if code == "PreconditionFailed":
-                    raise ConnectorError(f"{url} changed while it was being read") from exc
+                    raise ObjectChangedError(f"{url} changed while it was being read") from exc
                 raise
 
 

@@ -14,6 +14,7 @@ from connectors.errors import (
     ConnectorError,
     InvalidPathError,
     ListenerClosedError,
+    ObjectChangedError,
     TransientError,
     is_transient,
 )
@@ -67,7 +68,7 @@ def test_translators_raise_transient_errors_for_transient_causes():
         raise MNSClientNetworkException("NetworkException", "reset")
     with pytest.raises(TransientError), translate_oss_errors("GetObject", "oss://b/k"):
         raise oss_error(500, "InternalError")
-    with pytest.raises(ConnectorError, match="changed while it was being read"), \
+    with pytest.raises(ObjectChangedError, match="changed while it was being read"), \
             translate_oss_errors("GetObject", "oss://b/k"):
         raise oss_error(412, "PreconditionFailed")
 

@@ -13,7 +13,7 @@ import time
 import oss2
 import pytest
 
-from connectors.errors import ConnectorError, CredentialsError
+from connectors.errors import ConnectorError, CredentialsError, ListenerClosedError
 from connectors.events import EventKind
 from connectors.mns import MnsHandle, MnsListener
 from connectors.protocols import Listener
@@ -316,3 +316,16 @@ def test_drain_stops_before_its_own_messages_become_visible_again(mns_server, os
     assert paths and len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
     listener.ack(batch.handles)
     assert left(mns_server, short) == 400 - len(paths)
+
+
+def test_ack_and_extend_still_work_after_close(mns_server, vol, listen):
+    """As for SQS: a daemon can close its listener, finish its last commit and still ack."""
+    listener = listen()
+    vol.oss.put_object("in/last.txt", b"1")
+    got = listener.receive(timeout=0)
+    listener.close()
+    with pytest.raises(ListenerClosedError):
+        listener.receive(timeout=0)
+    listener.extend(got.handles, 60)
+    listener.ack(got.handles)
+    assert left(mns_server, vol) == 0
