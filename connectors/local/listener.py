@@ -1,4 +1,4 @@
-"""Local directories as volumes: an inotify listener with a polling fallback, a lister, a reader.
+"""Local directories as volumes: an inotify listener with a polling fallback.
 
 `LocalListener` watches a directory with watchdog and emits `FileEvent`s for complete files
 only (DESIGN §4.3): with inotify a file counts once it is closed after writing
@@ -11,9 +11,9 @@ each file when its deadline passes, so the emitted event describes the file as i
 Known losses are never silent: an inotify queue overflow, a directory moved out of the volume
 or too many pending paths make the next `Received` carry `needs_refresh=True`.
 
-Symlinks are skipped everywhere (listener, lister), so a volume never reaches outside its
-root through a link; non-regular files (fifos, sockets, devices) too. ETags are
-`f"{st_mtime_ns:x}-{st_size:x}"`, the same in events and listings.
+Symlinks and non-regular files are skipped, as by `connectors.local.store.LocalLister`;
+ETags are the lister's. The listener keeps its own algorithm but the `Listener` contract:
+nothing to acknowledge, and `ListenerClosedError` after `close`.
 
     >>> with LocalListener("/data/drop", debounce_s=0.1) as listener:  # doctest: +SKIP
     ...     batch = listener.receive(timeout=1.0)
@@ -29,18 +29,16 @@ import heapq
 import itertools
 import logging
 import os
-import re
 import stat as stat_module
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import pyarrow as pa
 from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
@@ -57,15 +55,9 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 from watchdog.utils import UnsupportedLibcError
 
-from connectors.base import LISTING_SCHEMA, Received
-from connectors.errors import ObjectNotFoundError
-from connectors.events import (
-    EventKind,
-    FileEvent,
-    InvalidPathError,
-    utc_now,
-    validate_relative_path,
-)
+from connectors.events import EventKind, FileEvent, InvalidPathError, utc_now
+from connectors.local.store import _check_key, _check_root, _etag, _mtime, _scan
+from connectors.protocols import Listener, Received
 
 try:  # inotify exists on Linux only; elsewhere the listener polls
     from watchdog.observers.inotify import InotifyFullEmitter
@@ -73,15 +65,11 @@ try:  # inotify exists on Linux only; elsewhere the listener polls
 except (ImportError, OSError, UnsupportedLibcError):  # pragma: no cover - not Linux
     InotifyFD = None  # type: ignore[assignment,misc]
 
-__all__ = ["LocalLister", "LocalListener", "LocalReader", "file_url", "list_local"]
+__all__ = ["LocalListener"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("connectors.local")
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
 _names = itertools.count(1)
-# Characters `_check_key` rejects in a name; surrogates stand for undecodable bytes.
-_SUSPECT = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
 
 # What each backend has to report; everything else (opens, modifies, attribs) is filtered out
 # before it reaches the kernel mask or our queue.
@@ -90,240 +78,6 @@ _INOTIFY_EVENTS = [FileClosedEvent, FileMovedEvent, FileDeletedEvent,
 _POLLING_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent,
                    DirMovedEvent, DirDeletedEvent]
 
-
-def file_url(root: str | Path, relative_path: str = "") -> str:
-    """The `file://` URL of a file of a local volume (or of the root itself), no percent-encoding.
-
-    Example:
-        >>> file_url("/data/in", "a b/c+d.txt")
-        'file:///data/in/a b/c+d.txt'
-        >>> file_url("/data/in/")
-        'file:///data/in/'
-    """
-    base = os.path.abspath(os.fspath(root)).replace(os.sep, "/")
-    if not base.endswith("/"):
-        base += "/"
-    if relative_path:
-        validate_relative_path(relative_path)
-    return "file://" + ("" if base.startswith("/") else "/") + base + relative_path
-
-
-def _mtime(st: os.stat_result) -> datetime:
-    # exact to the microsecond, unlike datetime.fromtimestamp(float)
-    return _EPOCH + timedelta(microseconds=st.st_mtime_ns // 1000)
-
-
-def _etag(st: os.stat_result) -> str:
-    return f"{st.st_mtime_ns:x}-{st.st_size:x}"
-
-
-def _check_key(relative_path: str) -> str:
-    """Validate a key built from file names: `validate_relative_path` plus valid UTF-8."""
-    validate_relative_path(relative_path)
-    try:
-        relative_path.encode("utf-8")
-    except UnicodeEncodeError as exc:  # undecodable bytes in a name come back as surrogates
-        raise InvalidPathError(f"relative path is not valid UTF-8: {relative_path!r}") from exc
-    return relative_path
-
-
-def _check_root(root: str | Path) -> str:
-    """Return the absolute, symlink-resolved root or raise a clear error naming it."""
-    path = os.path.realpath(os.fspath(root))
-    if not os.path.exists(path):
-        raise FileNotFoundError(errno.ENOENT, "local volume root does not exist", os.fspath(root))
-    if not os.path.isdir(path):
-        raise NotADirectoryError(errno.ENOTDIR, "local volume root is not a directory",
-                                 os.fspath(root))
-    if not os.access(path, os.R_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, "local volume root is not readable", os.fspath(root))
-    return path
-
-
-def _scan(root: str, top: str = "", *, recursive: bool,
-          strict: bool) -> Iterator[tuple[str, os.stat_result]]:
-    """Yield `(key, lstat)` for the regular files under `root/top` (`top` a '/'-key, '' = root).
-
-    Symlinks and special files are skipped. A directory that vanishes mid-walk is skipped; one
-    that cannot be read raises `PermissionError` when `strict` (a refresh must not mistake it
-    for an empty directory and delete its rows), else it is logged and skipped.
-    """
-    stack = [top]
-    while stack:
-        rel_dir = stack.pop()
-        path = os.path.join(root, rel_dir) if rel_dir else root
-        prefix = rel_dir + "/" if rel_dir else ""
-        try:
-            entries = os.scandir(path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except PermissionError as exc:
-            if strict:
-                raise PermissionError(exc.errno, "cannot list directory of local volume",
-                                      path) from exc
-            logger.warning("cannot list %s: %s", path, exc)
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if recursive:
-                            stack.append(prefix + entry.name)
-                        continue
-                    if not entry.is_file(follow_symlinks=False):
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                yield prefix + entry.name, st
-
-
-class LocalLister:
-    """List every file of a local volume (`Lister`) with an `os.scandir` walk.
-
-    Symlinks and special files are skipped; names that are not safe keys (control characters,
-    backslashes, undecodable bytes) are skipped with a warning and counted in `malformed`.
-
-    Args:
-        root: The volume's directory.
-        recursive: List nested files too; else only direct children.
-        batch_size: Rows per RecordBatch.
-
-    Raises (from `list`, at once):
-        FileNotFoundError / NotADirectoryError / PermissionError: naming the root; a
-        sub-directory that cannot be read raises `PermissionError` while iterating.
-
-    Example:
-        >>> batches = LocalLister("/data/in", recursive=False).list()        # doctest: +SKIP
-        >>> table = pa.Table.from_batches(batches, schema=LISTING_SCHEMA)   # doctest: +SKIP
-    """
-
-    def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1: {batch_size}")
-        self.root = os.fspath(root)
-        self.recursive = recursive
-        self.batch_size = batch_size
-        self.malformed = 0
-
-    def __repr__(self) -> str:
-        return f"LocalLister({self.root!r}, recursive={self.recursive})"
-
-    def list(self) -> Iterator[pa.RecordBatch]:
-        """Yield the volume's files in `LISTING_SCHEMA`, only non-empty batches."""
-        root = _check_root(self.root)
-        self.malformed = 0
-        return self._batches(root)
-
-    def _batches(self, root: str) -> Iterator[pa.RecordBatch]:
-        paths: list[str] = []
-        sizes: list[int] = []
-        mtimes: list[int] = []
-        etags: list[str] = []
-        for key, st in _scan(root, recursive=self.recursive, strict=True):
-            try:
-                # Keys joined from scandir names never have empty, '.' or '..' segments, so
-                # only names with suspect characters need the full (slower) validation.
-                if _SUSPECT.search(key):
-                    _check_key(key)
-            except InvalidPathError as exc:
-                self.malformed += 1
-                if self.malformed <= 10:
-                    logger.warning("skipping %s: %s", os.path.join(root, key), exc)
-                continue
-            paths.append(key)
-            sizes.append(st.st_size)
-            mtimes.append(st.st_mtime_ns // 1000)
-            etags.append(_etag(st))
-            if len(paths) >= self.batch_size:
-                yield _listing_batch(paths, sizes, mtimes, etags)
-                paths, sizes, mtimes, etags = [], [], [], []
-        if paths:
-            yield _listing_batch(paths, sizes, mtimes, etags)
-        if self.malformed:
-            logger.warning("skipped %d files with unsafe names under %s", self.malformed, root)
-
-
-def _listing_batch(paths: list[str], sizes: list[int], mtimes: list[int],
-                   etags: list[str]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array(paths, pa.string()), pa.array(sizes, pa.int64()),
-         pa.array(mtimes, _TIMESTAMP), pa.array(etags, pa.string())],
-        schema=LISTING_SCHEMA,
-    )
-
-
-def list_local(root: str | Path, *, recursive: bool = True) -> Iterator[pa.RecordBatch]:
-    """List a local volume in `LISTING_SCHEMA` batches (see `LocalLister`); root errors raise now.
-
-    Example:
-        >>> rows = sum(b.num_rows for b in list_local("/data/in"))   # doctest: +SKIP
-    """
-    return LocalLister(root, recursive=recursive).list()
-
-
-class LocalReader:
-    """Read files of a local volume by relative path (`ObjectReader`); pickles as just its root.
-
-    Paths are validated ('..', leading '/', ... raise `InvalidPathError`) and must resolve
-    inside the root, so a symlink cannot lead a pipeline outside the volume. A missing file
-    raises `ObjectNotFoundError` (a `FileNotFoundError`).
-
-    Example:
-        >>> reader = LocalReader("/data/in")                      # doctest: +SKIP
-        >>> with reader.open("2024/cat.jpg") as f:                # doctest: +SKIP
-        ...     header = f.read(16)
-    """
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = os.path.abspath(os.fspath(root))
-
-    def __repr__(self) -> str:
-        return f"LocalReader({self.root!r})"
-
-    def url(self, relative_path: str) -> str:
-        return file_url(self.root, relative_path)
-
-    def path(self, relative_path: str) -> str:
-        """The absolute path of `relative_path`, checked to stay inside the root."""
-        validate_relative_path(relative_path)
-        if relative_path.endswith("/"):
-            raise InvalidPathError(f"not a file path: {relative_path!r}")
-        path = os.path.join(self.root, *relative_path.split("/"))
-        real_root = os.path.realpath(self.root)
-        real = os.path.realpath(path)
-        if os.path.commonpath([real_root, real]) != real_root:
-            raise InvalidPathError(f"{relative_path!r} resolves outside the volume {self.root!r}")
-        return path
-
-    def open(self, relative_path: str) -> IO[bytes]:
-        """Open a file as a buffered binary stream.
-
-        Raises:
-            InvalidPathError: the path is unsafe or leaves the root.
-            ObjectNotFoundError: the file does not exist.
-        """
-        path = self.path(relative_path)
-        try:
-            return open(path, "rb")
-        except FileNotFoundError as exc:
-            raise ObjectNotFoundError(f"no such file in local volume: {path}") from exc
-
-    def read_range(self, relative_path: str, start: int, length: int) -> bytes:
-        """Read up to `length` bytes from offset `start` (fewer at the end, b"" past it).
-
-        Example:
-            >>> LocalReader("/data/in").read_range("a.png", 0, 4)   # doctest: +SKIP
-            b'\\x89PNG'
-        """
-        if start < 0 or length < 0:
-            raise ValueError(f"start and length must be >= 0: {start}, {length}")
-        with self.open(relative_path) as f:
-            f.seek(start)
-            return f.read(length)
-
-
-# ---------------------------------------------------------------------------------- listener
 
 _CREATE, _REMOVE, _CANDIDATE = "create", "remove", "candidate"
 
@@ -565,7 +319,7 @@ class _Enqueue(FileSystemEventHandler):
         self._put(event)
 
 
-class LocalListener:
+class LocalListener(Listener):
     """Listen to a local directory (`Listener`): inotify by default, polling where it can't.
 
     Only complete files are reported (module docstring). Raw events are debounced per path
@@ -682,10 +436,9 @@ class LocalListener:
         """Wait up to `timeout` seconds; return as soon as some path's debounce has passed.
 
         Raises:
-            RuntimeError: the listener is closed.
+            ListenerClosedError: the listener is closed.
         """
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
+        self._check_open()
         state = self._state
         end = self._clock() + max(0.0, timeout)
         while True:
@@ -718,6 +471,16 @@ class LocalListener:
     def extend(self, handles: Sequence[Any], seconds: int) -> None:
         """Nothing to keep invisible for local files."""
 
+    def backlog(self) -> int:
+        """Raw events queued plus paths waiting out their debounce."""
+        with self._cond:
+            queued = len(self._raw)
+        return queued + len(self._state.pending)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     @property
     def idle(self) -> bool:
         with self._cond:
@@ -733,9 +496,3 @@ class LocalListener:
             self._cond.notify_all()
         self._observer.stop()
         self._observer.join()
-
-    def __enter__(self) -> LocalListener:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
