@@ -8,6 +8,7 @@ summary goes to `.bench/results.json`.
     discovery    new files in a 1k/10k/100k-file local volume vs Spark's file source
     stream_read  1k changes read from a 10k- and a 1M-row directory table
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
+    scale        10-event and 10k-event batches, change reads and optimize at 10M rows
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
@@ -16,10 +17,18 @@ To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports t
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
 """
 
-from benchmarks import apply, bench_latency, bench_pipeline, bench_sqs, discovery, stream_read
+from benchmarks import (
+    apply,
+    bench_latency,
+    bench_pipeline,
+    bench_sqs,
+    discovery,
+    scale,
+    stream_read,
+)
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery, bench_latency, bench_sqs,
+BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, discovery, bench_latency, bench_sqs,
                                        bench_pipeline)}
 
 __all__ = ["BENCHMARKS"]

@@ -22,6 +22,7 @@ from benchmarks._context import Context
 from benchmarks._data import T0, clone_table, created_events, table_template
 from benchmarks._report import Figure, count_label, median, profile_top, timed
 from connectors.events import FileEvent
+from directory_table.layout import Layout, for_layout
 from directory_table.schema import TABLE_SCHEMA, TS
 
 NAME = "apply"
@@ -54,10 +55,11 @@ def insert_batch(sizes: Sizes) -> list[FileEvent]:
     return created_events(range(sizes.batch), when=T0 + timedelta(hours=1), prefix="new")
 
 
-def raw_rows(events: list[FileEvent], version: int) -> pa.Table:
-    """The rows `apply` would write for `events`, built without any planning."""
+def raw_rows(events: list[FileEvent], version: int, layout: Layout | None = None) -> pa.Table:
+    """The rows `apply` would write for `events`, built without any planning (with their
+    `_bucket` when `layout` is bucketed)."""
     n = len(events)
-    return pa.table({
+    rows = pa.table({
         "relative_path": [e.relative_path for e in events],
         "url": ["file:///bench/" + e.relative_path for e in events],
         "size": pa.array([e.size for e in events], pa.int64()),
@@ -68,6 +70,7 @@ def raw_rows(events: list[FileEvent], version: int) -> pa.Table:
         "_image_version": pa.array([version] * n, pa.int64()),
         "_image_timestamp": pa.array([T0] * n, TS),
     }, schema=TABLE_SCHEMA)
+    return rows if layout is None else for_layout(rows, layout)
 
 
 def raw_append(path: str, rows: pa.Table) -> None:
@@ -111,7 +114,7 @@ class Runner:
         runs = []
         for _ in range(self.sizes.repeats):
             table = self.fresh_table()
-            rows = raw_rows(events, table.version() + 1)
+            rows = raw_rows(events, table.version() + 1, table.layout())
             seconds, _ = timed(lambda p=table.path, r=rows: write(p, r))
             runs.append(seconds)
         return median(runs), {"runs_s": runs}

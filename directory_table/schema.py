@@ -12,6 +12,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = [
+    "BUCKET_FIELD",
+    "BUCKETED_SCHEMA",
+    "BUCKETED_TOMBSTONE_SCHEMA",
     "INTERNAL_COLUMNS",
     "PUBLIC_COLUMNS",
     "TABLE_SCHEMA",
@@ -49,3 +52,9 @@ TOMBSTONE_SCHEMA = pa.schema(
         pa.field("deleted_version", pa.int64()),
     ]
 )
+
+#: the partition column of the bucketed layout (`directory_table.layout`): crc32 of the path
+#: modulo the table's bucket count. Not a public column; `changes()` keeps it for shard readers.
+BUCKET_FIELD = pa.field("_bucket", pa.int32())
+BUCKETED_SCHEMA = TABLE_SCHEMA.append(BUCKET_FIELD)
+BUCKETED_TOMBSTONE_SCHEMA = TOMBSTONE_SCHEMA.append(BUCKET_FIELD)

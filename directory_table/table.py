@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,8 +27,29 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
+from directory_table.layout import (
+    BUCKETS_KEY,
+    DEFAULT_BUCKETS,
+    Layout,
+    bucket_array,
+    bucket_groups,
+    for_layout,
+    plain_types,
+    read_matching,
+    touched_files,
+)
 from directory_table.planner import Plan, StoredRow, newest_per_path, plan_changes
-from directory_table.schema import TABLE_SCHEMA, TOMBSTONE_SCHEMA, TS
+from directory_table.schema import (
+    BUCKET_FIELD,
+    BUCKETED_SCHEMA,
+    BUCKETED_TOMBSTONE_SCHEMA,
+    TABLE_SCHEMA,
+    TOMBSTONE_SCHEMA,
+    TS,
+)
+
+if TYPE_CHECKING:
+    from directory_table.maintenance import OptimizeResult
 
 __all__ = ["ApplyResult", "CommitConflict", "DirectoryTable", "TableMissing"]
 
@@ -35,6 +57,11 @@ log = logging.getLogger(__name__)
 
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
 _MAX_ATTEMPTS = 20
+#: paths planned per group of buckets: bounds the stored rows held in memory by a huge batch
+_LOOKUP_GROUP = 200_000
+_ROW_COLUMNS = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
+                "_event_time", "_image_version"]
+_TOMB_COLUMNS = ["relative_path", "_sequencer", "_event_time", "deleted_version"]
 
 
 class TableMissing(FileNotFoundError):
@@ -86,16 +113,23 @@ class DirectoryTable:
     # ---------------------------------------------------------------- lifecycle
     @classmethod
     def create(cls, root: str, base_url: str, *, retention_days: float = 7,
-               storage_options: dict[str, str] | None = None) -> DirectoryTable:
-        """Create an empty table (version 0) and its tombstone table."""
+               storage_options: dict[str, str] | None = None,
+               buckets: int = DEFAULT_BUCKETS) -> DirectoryTable:
+        """Create an empty table (version 0) and its tombstone table, both split into
+        `buckets` hash buckets of `relative_path` (fixed for the table's lifetime; see
+        `directory_table.layout`)."""
+        if buckets < 1:
+            raise ValueError(f"buckets must be >= 1, not {buckets}")
         table = cls(root, base_url, storage_options)
-        config = _retention_config(retention_days)
-        DeltaTable.create(table.path, schema=TABLE_SCHEMA, mode="error", name="directory",
-                          configuration=config, storage_options=table.storage_options)
-        DeltaTable.create(table.tombstones_path, schema=TOMBSTONE_SCHEMA, mode="error",
+        config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets)}
+        DeltaTable.create(table.path, schema=BUCKETED_SCHEMA, mode="error", name="directory",
+                          partition_by=[BUCKET_FIELD.name], configuration=config,
+                          storage_options=table.storage_options, raise_if_key_not_exists=False)
+        DeltaTable.create(table.tombstones_path, schema=BUCKETED_TOMBSTONE_SCHEMA, mode="error",
+                          partition_by=[BUCKET_FIELD.name],
                           configuration={k: v for k, v in config.items()
                                          if k != "delta.enableChangeDataFeed"},
-                          storage_options=table.storage_options)
+                          storage_options=table.storage_options, raise_if_key_not_exists=False)
         return table
 
     def delta(self, version: int | None = None) -> DeltaTable:
@@ -110,6 +144,14 @@ class DirectoryTable:
             return self._dt
         except TableNotFoundError as exc:
             raise TableMissing(f"no directory table at {self.path}") from exc
+
+    def tombstones(self) -> DeltaTable:
+        return DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+
+    def layout(self) -> Layout:
+        """Bucket count and layout of the latest version (`bucketed=False`: a table written
+        before buckets existed, read as it is until `migrate()`)."""
+        return Layout.of(self.delta())
 
     def version(self) -> int:
         return self.delta().version()
@@ -129,7 +171,9 @@ class DirectoryTable:
 
         `listed_at_version` marks the events as a listing's differences from that version
         (refresh):
-        they are ordered by versions rather than clocks (see `planner`).
+        they are ordered by versions rather than clocks (see `planner`). Only the buckets (and
+        files) the batch touches are read; a huge batch is planned a group of buckets at a
+        time, so the stored rows in memory stay bounded by the group, not the table.
 
         Example:
             >>> table.apply([FileEvent.removed("old.csv")]).deleted
@@ -141,17 +185,15 @@ class DirectoryTable:
         for _attempt in range(_MAX_ATTEMPTS):
             dt = self.delta()
             base_version = dt.version()
-            stored = self._lookup(dt, list(latest))
-            missing = [p for p, e in latest.items() if p not in stored]
-            tombstones = self._lookup_tombstones(missing) if missing else {}
-            plan = plan_changes(latest, stored, tombstones, listed_at_version)
+            layout = Layout.of(dt)
+            plan = self._plan(dt, layout, latest, listed_at_version)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,
                              unchanged=plan.unchanged, events=len(events))
             if plan.empty:
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
-                self._commit(dt, base_version, plan)
+                self._commit(dt, layout, base_version, plan)
             except CommitFailedError:
                 log.info("directory table %s: lost the race for version %d; re-planning",
                          self.path, base_version + 1)
@@ -161,7 +203,25 @@ class DirectoryTable:
                                **result_kw)
         raise CommitConflict(f"could not commit to {self.path} after {_MAX_ATTEMPTS} attempts")
 
-    def _commit(self, dt: DeltaTable, base_version: int, plan: Plan) -> None:
+    def _plan(self, dt: DeltaTable, layout: Layout, latest: dict[str, FileEvent],
+              listed_at_version: int | None) -> Plan:
+        tomb = self.tombstones()
+        tomb_layout = Layout.of(tomb)
+        plan = Plan()
+        for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
+            stored = self._lookup(dt, layout, group)
+            missing = [p for p in group if p not in stored]
+            tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
+            part = plan_changes({p: latest[p] for p in group}, stored, tombstones,
+                                listed_at_version)
+            plan.inserts += part.inserts
+            plan.updates += part.updates
+            plan.deletes += part.deletes
+            plan.ignored += part.ignored
+            plan.unchanged += part.unchanged
+        return plan
+
+    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan) -> None:
         version = base_version + 1
         now = datetime.now(UTC)
         props = CommitProperties(max_commit_retries=0,
@@ -171,18 +231,23 @@ class DirectoryTable:
         changed = plan.inserts + plan.updates
         rows = self._rows(changed, version, now)
         if not plan.updates and not plan.deletes:
-            write_deltalake(dt, rows, mode="append", commit_properties=props)
+            write_deltalake(dt, for_layout(rows, layout), mode="append", commit_properties=props)
             return
         deletes = pa.table({"relative_path": pa.array([e.relative_path for e in plan.deletes],
                                                       pa.string())})
         ops = pa.array(["I"] * len(plan.inserts) + ["U"] * len(plan.updates)
                        + ["D"] * len(plan.deletes), pa.string())
         source = pa.concat_tables([rows, self._rows_for_delete(deletes)]).append_column("_op", ops)
-        columns = [f.name for f in TABLE_SCHEMA]
+        source = for_layout(source, layout)
+        # only updated and deleted paths can match a stored row: they alone name the target's
+        # buckets and files to scan (inserts are known to be absent)
+        touched = [e.relative_path for e in plan.updates + plan.deletes]
+        predicate = layout.merge_predicate(touched)
+        columns = [f.name for f in TABLE_SCHEMA] + ([BUCKET_FIELD.name] if layout.bucketed else [])
         assign = {c: f"s.`{c}`" for c in columns}
         (
-            dt.merge(source, "t.relative_path = s.relative_path", source_alias="s",
-                     target_alias="t", commit_properties=props)
+            dt.merge(source, predicate, source_alias="s", target_alias="t",
+                     commit_properties=props)
             .when_matched_update(updates=assign, predicate="s._op = 'U'")
             .when_matched_delete(predicate="s._op = 'D'")
             .when_not_matched_insert(updates=assign, predicate="s._op = 'I'")
@@ -226,10 +291,13 @@ class DirectoryTable:
             },
             schema=TOMBSTONE_SCHEMA,
         )
-        tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+        tomb = self.tombstones()
+        layout = Layout.of(tomb)
+        paths = source["relative_path"].to_pylist()
         (
-            tomb.merge(source, "t.relative_path = s.relative_path", source_alias="s",
-                       target_alias="t")
+            tomb.merge(for_layout(source, layout),
+                       layout.merge_predicate(paths),
+                       source_alias="s", target_alias="t")
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()
@@ -250,53 +318,87 @@ class DirectoryTable:
         }
 
     @classmethod
-    def _find(cls, dt: DeltaTable, paths: list[str], columns: list[str]) -> dict[str, StoredRow]:
+    def _find(cls, dt: DeltaTable, layout: Layout, paths: list[str], columns: list[str],
+              ) -> dict[str, StoredRow]:
+        """Stored rows of `paths`, reading only the files of their buckets whose statistics
+        bracket one of them (`layout.touched_files`)."""
         if not paths:
             return {}
-        dataset = dt.to_pyarrow_dataset()
-        # Probe the key column alone (most batches are mostly new files), then read the other
-        # columns only for the rows that matched. The match runs on materialised keys rather
-        # than as a scan filter: delta-rs files can disagree on string vs string_view, which
-        # breaks pyarrow's statistics pruning.
-        wanted = pa.array(paths, pa.string())
-        keys = dataset.to_table(columns=["relative_path"])["relative_path"].cast(pa.string())
-        if not pc.any(pc.is_in(keys, value_set=wanted)).as_py():
-            return {}
-        # One projected read filtered in memory beats a Dataset.take of scattered rows.
-        table = dataset.to_table(columns=columns)
-        found = table.filter(pc.is_in(table["relative_path"].cast(pa.string()),
-                                      value_set=wanted))
-        return cls._stored_rows(found.cast(pa.schema([
-            pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
-            for f in found.schema])))
+        found = read_matching(dt, touched_files(dt, layout, paths), paths, columns)
+        return {} if found is None else cls._stored_rows(found)
 
-    def _lookup(self, dt: DeltaTable, paths: list[str]) -> dict[str, StoredRow]:
-        return self._find(dt, paths, ["relative_path", "size", "etag", "last_modified_time",
-                                      "_sequencer", "_event_time", "_image_version"])
-
-    def _lookup_tombstones(self, paths: list[str]) -> dict[str, StoredRow]:
-        tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
-        if not tomb.file_uris():
-            return {}
-        return self._find(tomb, paths, ["relative_path", "_sequencer", "_event_time",
-                                        "deleted_version"])
+    def _lookup(self, dt: DeltaTable, layout: Layout, paths: list[str]) -> dict[str, StoredRow]:
+        return self._find(dt, layout, paths, _ROW_COLUMNS)
 
     # ---------------------------------------------------------------- reads
-    def snapshot(self, version: int | None = None, columns: list[str] | None = None) -> pa.Table:
-        """Every row at `version` (default: latest)."""
+    def snapshot(self, version: int | None = None, columns: list[str] | None = None, *,
+                 buckets: Iterable[int] | None = None) -> pa.Table:
+        """Every row at `version` (default: latest); the public and internal columns unless
+        `columns` names others (`_bucket` included). `buckets` reads only those buckets'
+        files (a refresh can diff a listing bucket by bucket, `layout.bucket_of`)."""
         dt = self.delta(version)
-        table = dt.to_pyarrow_dataset().to_table(columns=columns)
-        return table.cast(pa.schema([TABLE_SCHEMA.field(n) for n in table.column_names]))
+        columns = list(columns or TABLE_SCHEMA.names)
+        if buckets is None:
+            table = dt.to_pyarrow_dataset().to_table(columns=columns)
+        else:
+            wanted = sorted(set(buckets))
+            layout = Layout.of(dt)
+            if layout.bucketed:
+                dataset = dt.to_pyarrow_dataset(file_pruning_predicate=[
+                    (BUCKET_FIELD.name, "in", [str(b) for b in wanted])])
+                table = dataset.to_table(columns=columns)
+            else:
+                table = dt.to_pyarrow_dataset().to_table(columns=list({*columns, "relative_path"}))
+                table = table.filter(pc.is_in(
+                    bucket_array(table["relative_path"].to_pylist(), layout.buckets),
+                    value_set=pa.array(wanted, pa.int32()))).select(columns)
+        return table.cast(pa.schema([BUCKETED_SCHEMA.field(n) for n in table.column_names]))
 
-    def changes(self, after_version: int, up_to_version: int) -> pa.Table:
-        """The change data feed of versions (after_version, up_to_version]: O(changes)."""
+    def changes(self, after_version: int, up_to_version: int, *,
+                buckets: Iterable[int] | None = None) -> pa.Table:
+        """The change data feed of versions (after_version, up_to_version]: O(changes).
+
+        Each row keeps its `_bucket` (for a table in the pre-bucket layout: the bucket the
+        path will have once migrated, or 0); `buckets` keeps only those buckets' changes.
+        The commit that migrated the table into buckets rewrote every row unchanged: it is not
+        part of any range.
+        """
         if up_to_version <= after_version:
             return _empty_cdf()
-        reader = self.delta().load_cdf(starting_version=after_version + 1,
-                                       ending_version=up_to_version)
-        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        wanted = sorted(set(buckets)) if buckets is not None else None
+        dt = self.delta()
+        layout = Layout.of(dt)
+        m = layout.migrated_version
+        segments = [(after_version, up_to_version, dt, True)]
+        if m is not None and after_version < m <= up_to_version:
+            # before the migration the table had another layout: read it at that version
+            segments = [(after_version, m - 1, self.delta(m - 1), False),
+                        (m, up_to_version, dt, True)]
+        elif m is not None and up_to_version < m:
+            segments = [(after_version, up_to_version, self.delta(up_to_version), False)]
+        parts = [self._cdf(seg_dt, a, b, layout, bucketed and layout.bucketed, wanted)
+                 for a, b, seg_dt, bucketed in segments if b > a]
+        parts = [p for p in parts if p.num_rows]
+        return pa.concat_tables(parts) if parts else _empty_cdf()
+
+    @staticmethod
+    def _cdf(dt: DeltaTable, after: int, up_to: int, layout: Layout, bucketed: bool,
+             buckets: list[int] | None) -> pa.Table:
+        predicate = None
+        if bucketed and buckets is not None:
+            predicate = f"{BUCKET_FIELD.name} IN ({', '.join(map(str, buckets)) or 'NULL'})"
+        reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to,
+                             predicate=predicate)
         # delta-rs hands out view types (string_view, binary_view); normalise to plain ones
-        return table.select(_CDF_SCHEMA.names).cast(_CDF_SCHEMA)
+        table = plain_types(pa.RecordBatchReader.from_stream(reader).read_all())
+        if not bucketed or BUCKET_FIELD.name not in table.column_names:
+            table = table.append_column(BUCKET_FIELD, bucket_array(
+                table["relative_path"].to_pylist(), layout.buckets))
+        table = table.select(_CDF_SCHEMA.names).cast(_CDF_SCHEMA)
+        if buckets is not None:
+            table = table.filter(pc.is_in(table[BUCKET_FIELD.name],
+                                          value_set=pa.array(buckets, pa.int32())))
+        return table
 
     def history(self, limit: int | None = None) -> list[dict]:
         """Commits newest first: version, timestamp (UTC datetime), operation, metrics."""
@@ -338,6 +440,29 @@ class DirectoryTable:
                     if i.base_name.endswith(".json") and i.base_name.split(".")[0].isdigit()]
         return min(versions) if versions else 0
 
+    # ---------------------------------------------------------------- maintenance
+    def optimize(self, *, max_files_per_bucket: int = 4, target_size: int | None = None,
+                 migrate: bool = False, buckets: int = DEFAULT_BUCKETS,
+                 checkpoint: bool = True) -> OptimizeResult:
+        """Compact the buckets holding more than `max_files_per_bucket` data files (one
+        `dataChange=false` commit: no change records, stream offsets stay valid), in the
+        directory table and its tombstones; then write a checkpoint and drop log entries older
+        than the table's log retention. With `migrate`, a table in the pre-bucket layout is
+        first rewritten into `buckets` buckets (`migrate()`). See `directory_table.maintenance`.
+        """
+        from directory_table.maintenance import optimize
+
+        return optimize(self, max_files_per_bucket=max_files_per_bucket,
+                        target_size=target_size, migrate_layout=migrate, buckets=buckets,
+                        checkpoint=checkpoint)
+
+    def migrate(self, *, buckets: int = DEFAULT_BUCKETS) -> int | None:
+        """Rewrite a table of the pre-bucket layout into `buckets` buckets (one commit, left
+        out of `changes()`); returns its version, or None when already bucketed."""
+        from directory_table.maintenance import migrate
+
+        return migrate(self, buckets=buckets)
+
     # ---------------------------------------------------------------- retention
     def apply_retention(self, retention_days: float) -> dict:
         """Drop versions and files older than `retention_days` (DESIGN §4.5).
@@ -358,7 +483,7 @@ class DirectoryTable:
 
 
 _CDF_SCHEMA = TABLE_SCHEMA.append(pa.field("_change_type", pa.string())).append(
-    pa.field("_commit_version", pa.int64()))
+    pa.field("_commit_version", pa.int64())).append(BUCKET_FIELD)
 
 
 def _empty_cdf() -> pa.Table:

@@ -1,0 +1,204 @@
+"""Keeping a directory table small and fast over time: compaction, checkpoints, log clean-up,
+and the one-off migration of a pre-bucket table into buckets.
+
+Compaction (`optimize`) is delta-rs's `optimize.compact`, run only on the buckets holding more
+than `max_files_per_bucket` data files, as one commit. Its commit rewrites files without
+changing any row (`dataChange=false`), so the change data feed has nothing for it: streams
+read across it see the same records and their offsets (versions) stay valid.
+
+Migration cannot be a `dataChange=false` commit: changing the partition column needs an
+overwrite, whose change feed would delete and re-insert every row. So it is made visible to
+`DirectoryTable.changes()` instead: the table's configuration records the version of the
+migration commit (`volume_stream.migrated_version`), and `changes()` reads the versions before
+it at the old layout and leaves the migration version itself out. Rows keep their
+`_image_version`/`_image_timestamp`, so change records are the same before and after.
+
+    result = table.optimize()                # compact busy buckets, checkpoint, clean the log
+    result = table.optimize(migrate=True)    # the same, after migrating an old table
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from directory_table.layout import (
+    BUCKET_COLUMN,
+    BUCKETS_KEY,
+    DEFAULT_BUCKETS,
+    MIGRATED_KEY,
+    Layout,
+    bucket_array,
+    plain_types,
+)
+from directory_table.table import CommitConflict
+
+if TYPE_CHECKING:
+    from directory_table.table import DirectoryTable
+
+__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "migrate", "optimize"]
+
+log = logging.getLogger(__name__)
+
+#: commit metadata key naming a maintenance commit (value: "migrate")
+MAINTENANCE_KEY = "volume_stream.maintenance"
+_ATTEMPTS = 5
+
+
+@dataclass
+class OptimizeResult:
+    """What one `optimize` did (per table: `directory` and `tombstones`)."""
+
+    #: version of the migration commit, when this call migrated the table
+    migrated_version: int | None = None
+    #: buckets compacted (all of an unbucketed table count as one, bucket 0)
+    buckets_compacted: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    #: version of the checkpoint written (the latest version)
+    checkpoint_version: int | None = None
+    removed_logs: int = 0
+    tombstones: dict = field(default_factory=dict)
+
+
+def files_per_bucket(dt: DeltaTable) -> dict[int, int]:
+    """Number of data files in each bucket (bucket 0 for an unbucketed table)."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    column = f"partition.{BUCKET_COLUMN}"
+    if actions.num_rows == 0:
+        return {}
+    if column not in actions.column_names:
+        return {0: actions.num_rows}
+    counts = pc.value_counts(actions[column]).to_pylist()
+    return {int(c["values"]): int(c["counts"]) for c in counts}
+
+
+def compact(dt: DeltaTable, max_files_per_bucket: int, target_size: int | None = None,
+            ) -> tuple[int, int, int]:
+    """Compact the buckets holding more than `max_files_per_bucket` files in one commit.
+    Returns (buckets compacted, files removed, files added)."""
+    busy = sorted(b for b, n in files_per_bucket(dt).items() if n > max_files_per_bucket)
+    if not busy:
+        return 0, 0, 0
+    filters = None
+    if Layout.of(dt).bucketed:
+        filters = [(BUCKET_COLUMN, "in", [str(b) for b in busy])]
+    metrics = dt.optimize.compact(partition_filters=filters, target_size=target_size,
+                                  max_concurrent_tasks=2)
+    return len(busy), int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+
+
+def _compact_retrying(dt: DeltaTable, max_files: int, target_size: int | None,
+                      ) -> tuple[int, int, int]:
+    for attempt in range(_ATTEMPTS):
+        try:
+            return compact(dt, max_files, target_size)
+        except CommitFailedError:
+            # a writer committed meanwhile and touched the same files: plan again
+            log.info("compaction of %s lost a race (attempt %d); retrying", dt.table_uri,
+                     attempt + 1)
+            dt.update_incremental()
+    return 0, 0, 0
+
+
+def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
+             target_size: int | None = None, migrate_layout: bool = False,
+             buckets: int = DEFAULT_BUCKETS, checkpoint: bool = True) -> OptimizeResult:
+    """See `DirectoryTable.optimize`."""
+    result = OptimizeResult()
+    if migrate_layout:
+        result.migrated_version = migrate(table, buckets=buckets)
+    dt = table.delta()
+    result.buckets_compacted, result.files_removed, result.files_added = _compact_retrying(
+        dt, max_files_per_bucket, target_size)
+    tomb = table.tombstones()
+    b, removed, added = _compact_retrying(tomb, max_files_per_bucket, target_size)
+    result.tombstones = {"buckets_compacted": b, "files_removed": removed, "files_added": added}
+    if checkpoint:
+        dt = table.delta()
+        dt.create_checkpoint()
+        result.checkpoint_version = dt.version()
+        # removes log entries older than the table's delta.logRetentionDuration only
+        result.removed_logs = dt.cleanup_metadata()
+        tomb = table.tombstones()
+        tomb.create_checkpoint()
+        tomb.cleanup_metadata()
+    table._dt = None
+    return result
+
+
+def migrate(table: DirectoryTable, *, buckets: int = DEFAULT_BUCKETS) -> int | None:
+    """Rewrite a pre-bucket table (and its tombstones) into `buckets` buckets, each in one
+    commit. Returns the version of the directory table's migration commit, or None when the
+    table is bucketed already.
+
+    The migration version is recorded in the table's configuration first (a metadata-only
+    commit, no change records), then the rows are rewritten, unchanged, at exactly that
+    version; a writer that commits in between makes the rewrite fail, and it starts over.
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, not {buckets}")
+    _migrate_tombstones(table, buckets)
+    for _attempt in range(_ATTEMPTS):
+        dt = table.delta()
+        if Layout.of(dt).bucketed:
+            return None
+        version = dt.version() + 2
+        dt.alter.set_table_properties(
+            {BUCKETS_KEY: str(buckets), MIGRATED_KEY: str(version)}, raise_if_not_exists=False,
+            commit_properties=CommitProperties(max_commit_retries=0))
+        dt = table.delta()
+        if dt.version() != version - 1:
+            continue
+        rows = _bucketed(dt, buckets)
+        try:
+            write_deltalake(dt, rows, mode="overwrite", schema_mode="overwrite",
+                            partition_by=[BUCKET_COLUMN],
+                            commit_properties=CommitProperties(
+                                max_commit_retries=0,
+                                custom_metadata={MAINTENANCE_KEY: "migrate"}))
+        except CommitFailedError:
+            log.info("migration of %s lost a race for version %d; retrying", table.path,
+                     version)
+            table._dt = None
+            continue
+        table._dt = None
+        log.info("directory table %s migrated into %d buckets at version %d", table.path,
+                 buckets, version)
+        return version
+    raise CommitConflict(f"could not migrate {table.path}: other writers kept committing")
+
+
+def _bucketed(dt: DeltaTable, buckets: int) -> pa.Table:
+    """Every row of `dt` with its `_bucket`, sorted by (bucket, path). Held in memory once:
+    a migration is a one-off rewrite of the whole table."""
+    rows = plain_types(dt.to_pyarrow_dataset().to_table())
+    rows = rows.append_column(pa.field(BUCKET_COLUMN, pa.int32()),
+                              bucket_array(rows["relative_path"].to_pylist(), buckets))
+    return rows.sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
+
+
+def _migrate_tombstones(table: DirectoryTable, buckets: int) -> None:
+    for _attempt in range(_ATTEMPTS):
+        tomb = table.tombstones()
+        if Layout.of(tomb).bucketed:
+            return
+        tomb.alter.set_table_properties({BUCKETS_KEY: str(buckets)}, raise_if_not_exists=False)
+        tomb = table.tombstones()
+        try:
+            write_deltalake(tomb, _bucketed(tomb, buckets), mode="overwrite",
+                            schema_mode="overwrite", partition_by=[BUCKET_COLUMN],
+                            commit_properties=CommitProperties(
+                                max_commit_retries=0,
+                                custom_metadata={MAINTENANCE_KEY: "migrate"}))
+            return
+        except CommitFailedError:
+            continue
+    raise CommitConflict(f"could not migrate {table.tombstones_path}: other writers kept "
+                       "committing")
