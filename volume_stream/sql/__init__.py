@@ -2,6 +2,7 @@
 
     lexer       tokens and statements with line/column
     ddl         the DDL parser (statements → dataclasses)
+    statements  the parsed DDL dataclasses
     ddl_exec    runs parsed DDL against the catalog's public methods
     volume_plan CREATE EXTERNAL VOLUME → create_volume arguments
     dml         Spark SQL over streams (pinning, offset moves)
