@@ -22,6 +22,7 @@ these and still see the SDK error as `__cause__`. Messages never contain secrets
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 
 __all__ = [
@@ -71,6 +72,17 @@ class InvalidPathError(ConnectorError, ValueError):
 
 
 _CLASSIFIERS: list[Callable[[BaseException], bool]] = []
+#: OS-level failures of a mount or a socket that a retry can outlive (NFS, FUSE, resets)
+_TRANSIENT_ERRNOS = frozenset({
+    errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
+    errno.ECONNREFUSED, errno.EPIPE, errno.ESTALE, errno.EBUSY, errno.EINTR,
+    errno.EHOSTUNREACH, errno.ENETUNREACH,
+})
+
+
+#: never worth a retry, whatever caused them
+_PERMANENT = (ObjectNotFoundError, CredentialsError, MalformedMessageError, InvalidPathError,
+              FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
 def register_transient(classifier: Callable[[BaseException], bool]) -> None:
@@ -86,13 +98,18 @@ def is_transient(exc: BaseException) -> bool:
         >>> is_transient(ConnectorError("x")), is_transient(TimeoutError())
         (False, True)
     """
-    seen = 0
-    while exc is not None and seen < 8:
-        if isinstance(exc, TransientError | ConnectionError | TimeoutError):
-            return True
-        if any(classify(exc) for classify in _CLASSIFIERS):
-            return True
-        if not isinstance(exc, ConnectorError):
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        if isinstance(current, _PERMANENT):
             return False
-        exc, seen = exc.__cause__, seen + 1
+        if isinstance(current, TransientError | ConnectionError | TimeoutError):
+            return True
+        if isinstance(current, OSError) and current.errno in _TRANSIENT_ERRNOS:
+            return True
+        if any(classify(current) for classify in _CLASSIFIERS):
+            return True
+        # follow what caused it: a wrapper (a UDF's own error, an SDK's) of a reset is a reset
+        current = current.__cause__ or current.__context__
     return False

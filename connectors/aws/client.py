@@ -34,12 +34,12 @@ from connectors.errors import (
     is_transient,
     register_transient,
 )
+from connectors.secrets import is_secret
 
 __all__ = ["ClientOptions", "is_transient", "region_from_queue_url", "translate_errors"]
 
 _LOADER = botocore.loaders.create_loader()
 
-_SECRET_FIELDS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
 #: Error codes worth retrying with backoff (throttling and server-side trouble).
 _TRANSIENT_CODES = frozenset({
@@ -117,7 +117,7 @@ class ClientOptions:
     def __repr__(self) -> str:
         shown = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
                  if f.repr and getattr(self, f.name) != f.default]
-        shown += [f"{name}='***'" for name in _SECRET_FIELDS if getattr(self, name)]
+        shown += [f"{name}='***'" for name in _secret_fields() if getattr(self, name)]
         return f"ClientOptions({', '.join(shown)})"
 
     def session(self) -> boto3.session.Session:
@@ -155,7 +155,7 @@ class ClientOptions:
     def credential_sources(self) -> str:
         """Say, without any secret, where credentials were looked for."""
         if self.aws_access_key_id or self.aws_secret_access_key or self.aws_session_token:
-            given = [name for name in _SECRET_FIELDS if getattr(self, name)]
+            given = [name for name in _secret_fields() if getattr(self, name)]
             return f"explicit options {given} (a key id needs its secret access key)"
         profile = repr(self.profile_name) if self.profile_name else "AWS_PROFILE or 'default'"
         return ("no explicit options; environment variables AWS_ACCESS_KEY_ID/"
@@ -228,3 +228,8 @@ def translate_errors(service: str, action: str, options: ClientOptions) -> Itera
     except bce.BotoCoreError as exc:
         kind = TransientError if is_transient(exc) else ConnectorError
         raise kind(f"{service} {action} failed: {exc}") from exc
+
+
+def _secret_fields() -> tuple[str, ...]:
+    """The credential fields of `ClientOptions`, by the one secrets rule (`connectors.secrets`)."""
+    return tuple(f.name for f in dataclasses.fields(ClientOptions) if is_secret(f.name))

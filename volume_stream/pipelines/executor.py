@@ -14,7 +14,6 @@ attempt that failed or lost a speculative race are never listed, so never commit
 
 from __future__ import annotations
 
-import errno
 import json
 import sys
 import time
@@ -30,8 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from connectors.errors import ConnectorError, CredentialsError, MalformedMessageError
-from connectors.events import InvalidPathError
+from connectors.errors import is_transient
 from directory_table.schema import TS
 from volume_stream.pipelines.udf import FileRecord
 from volume_stream.streams.changes import RECORD_SCHEMA
@@ -68,13 +66,6 @@ _FLUSH_ROWS = 50_000
 _FLUSH_BYTES = 64 << 20
 _MAX_ERROR_CHARS = 4_000
 _MAX_TRACEBACK_CHARS = 32_000
-_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
-              CredentialsError, MalformedMessageError, InvalidPathError)
-_TRANSIENT_ERRNOS = frozenset({
-    errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
-    errno.ECONNREFUSED, errno.EPIPE, errno.ESTALE, errno.EBUSY, errno.EINTR,
-    errno.EHOSTUNREACH, errno.ENETUNREACH,
-})
 
 
 def result_schema(udf_schema: pa.Schema) -> pa.Schema:
@@ -82,23 +73,6 @@ def result_schema(udf_schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field("relative_path", pa.string()), *udf_schema,
                       pa.field("__change_type", pa.string()),
                       pa.field("__commit_version", pa.int64()), pa.field("processed_at", TS)])
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True if `exc` (or what caused it) is a read error worth retrying: a connector error
-    other than not-found/credentials, a connection reset, a timeout, an EIO-style OSError."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, _PERMANENT):
-            return False
-        if isinstance(current, ConnectionError | TimeoutError | ConnectorError):
-            return True
-        if isinstance(current, OSError) and current.errno in _TRANSIENT_ERRNOS:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def normalize_rows(out: Any, names: frozenset[str]) -> list[dict[str, Any]]:
