@@ -12,8 +12,8 @@ import pytest
 from deltalake import DeltaTable
 
 import volume_stream as vs
-from volume_stream._pipeline_exec import apply_udf, is_transient
 from volume_stream.errors import InvalidInputError, NotFoundError, VolumeStreamError
+from volume_stream.pipelines.executor import apply_udf, is_transient
 
 
 @vs.file_udf("content string, n_bytes long")
@@ -119,9 +119,11 @@ def test_transient_read_errors_are_retried_with_backoff(catalog, volume, data_di
 
 
 def test_what_counts_as_transient():
-    from connectors.errors import ConnectorError, ObjectNotFoundError
+    from connectors.errors import ConnectorError, ObjectNotFoundError, TransientError
 
-    assert is_transient(ConnectorError("GetObject s3://b/k: SlowDown"))
+    # one rule with the connectors: they classify SDK errors at the edge (SlowDown → TransientError)
+    assert is_transient(TransientError("GetObject s3://b/k: SlowDown"))
+    assert not is_transient(ConnectorError("GetObject s3://b/k: AccessDenied"))
     assert is_transient(TimeoutError())
     assert is_transient(OSError(5, "Input/output error"))
     assert not is_transient(ObjectNotFoundError("gone"))
