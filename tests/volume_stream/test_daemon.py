@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections import deque
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -387,3 +388,17 @@ def test_spark_master_of_the_config_reaches_the_pipelines(tmp_path, monkeypatch)
     with Daemon(cfg) as daemon:
         wait_for(lambda: daemon.pipelines["probe"].last_outcome == "ok")
     assert marker.read_text() == "<unset>"
+
+
+def test_scheduled_optimize_compacts_the_directory_table(tmp_path, rig):
+    # six receipts, six commits
+    rig.scripts.append([Received(events=(put(i),), handles=(f"h{i}",)) for i in range(1, 7)])
+    cfg = config(tmp_path, volumes={"vol": {"refresh_on_start": False, "poll_s": 0.05,
+                                            "max_wait_s": 0, "optimize_interval_s": 0.3}})
+    table = rig.cat.directory_table("vol")
+    with Daemon(cfg, catalog=rig.cat, open_watcher=rig.open_watcher):
+        wait_for(lambda: len(paths(table)) == 6)
+        # optimize() checkpoints the log (delta-rs alone would only every 100 commits)
+        log_dir = Path(table.path) / "_delta_log"
+        wait_for(lambda: any(log_dir.glob("*.checkpoint.parquet")))
+    assert len(paths(table)) == 6

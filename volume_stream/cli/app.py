@@ -75,6 +75,21 @@ def volume_refresh(name: str, warehouse: Warehouse = None) -> None:
               f"({version}, {m.seconds:.2f}s)")
 
 
+@volume_app.command("optimize")
+def volume_optimize(
+        name: str,
+        migrate: Annotated[bool, typer.Option(
+            help="Rewrite a table of the pre-bucket layout into buckets first.")] = True,
+        warehouse: Warehouse = None) -> None:
+    """Compact the volume's directory table, checkpoint it and clean its log (streams are not
+    disturbed: a compaction has no change records)."""
+    r = _catalog(warehouse).optimize(name, migrate=migrate)
+    migrated = "" if r.migrated_version is None else f"migrated at version {r.migrated_version}, "
+    out.print(f"optimized {name}: {migrated}{r.buckets_compacted} bucket(s) compacted "
+              f"({r.files_removed} files -> {r.files_added}), checkpoint at version "
+              f"{r.checkpoint_version}")
+
+
 @volume_app.command("drop")
 def volume_drop(name: str, if_exists: bool = False,
                 cascade: Annotated[bool, typer.Option(help="Also drop its streams.")] = False,

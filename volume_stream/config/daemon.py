@@ -140,6 +140,8 @@ class VolumeConfig(_Section):
     poll_s: float = Field(1.0, gt=0, description="receive timeout while idle")
     refresh_on_start: bool = True
     refresh_interval_s: float | None = Field(3600.0, ge=0, description="0 or null: never")
+    optimize_interval_s: float | None = Field(
+        3600.0, ge=0, description="compact the directory table this often; 0 or null: never")
 
     @field_validator("notification")
     @classmethod

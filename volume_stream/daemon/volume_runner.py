@@ -7,7 +7,8 @@ at start (the listener is already running, so nothing falls between the two), th
 1. receive until `max_batch_events` events arrived or `max_wait_s` passed since the first;
 2. commit them as one `DirectoryTable.apply` (one version, or none if nothing changed);
 3. acknowledge the messages only after that commit;
-4. refresh when the listener says it lost events, and every `refresh_interval_s`.
+4. refresh when the listener says it lost events, and every `refresh_interval_s`;
+   compact the directory table every `optimize_interval_s` (`DirectoryTable.optimize`).
 
 Failures back off exponentially (with jitter) and keep the batch: it is retried, never
 acknowledged before it commits, so a crash or a stop at any point loses nothing (unacknowledged
@@ -105,6 +106,7 @@ class VolumeRunner(LoopThread):
         self._pending: _Batch | None = None
         self._refresh_reason: str | None = None
         self._next_refresh: float | None = None
+        self._next_optimize: float | None = self._after(config.optimize_interval_s)
         self._next_backlog = 0.0
         self._started_once = False
         self._stage = "open"
@@ -163,6 +165,8 @@ class VolumeRunner(LoopThread):
         if self._pending is None:
             if self._refresh_due():
                 self._refresh()
+            if self._next_optimize is not None and self._clock() >= self._next_optimize:
+                self._optimize()
             self._update_backlog()
             self._pending = self._collect()
             if self._pending is None:
@@ -256,6 +260,27 @@ class VolumeRunner(LoopThread):
                         "inserted": getattr(result, "inserted", None),
                         "updated": getattr(result, "updated", None),
                         "deleted": getattr(result, "deleted", None)})
+
+    # ------------------------------------------------------------------ optimize
+    def _after(self, interval: float | None) -> float | None:
+        return self._clock() + interval if interval else None
+
+    def _optimize(self) -> None:
+        """Compact the directory table (in this thread: no race with our own commits). A
+        failure is logged and retried at the next interval; it does not stop the listener."""
+        assert self._watcher is not None
+        started = time.perf_counter()
+        try:
+            result = self._watcher.table.optimize()
+        except Exception as exc:
+            log.warning("volume %s: optimize failed: %s", self.name, exc,
+                        extra={"volume": self.name})
+        else:
+            log.info("volume %s: optimize in %.2fs, %d bucket(s) compacted", self.name,
+                     time.perf_counter() - started, result.buckets_compacted,
+                     extra={"volume": self.name, "files_removed": result.files_removed,
+                            "files_added": result.files_added})
+        self._next_optimize = self._after(self.config.optimize_interval_s)
 
     # ------------------------------------------------------------------ receive
     def _update_backlog(self) -> None:
