@@ -82,14 +82,13 @@ def standard(cdf: pa.Table, columns: pa.Schema, times: dict[int, datetime]) -> p
     befores, afters = first.filter(both), last.filter(both)
     parts = [(deletes, "DELETE"), (inserts, "INSERT"), (befores, "UPDATE_BEFORE"),
              (afters, "UPDATE_AFTER")]
-    # an UPDATE_BEFORE sorts with its UPDATE_AFTER (the update's version), as the seed lists
+    # listed in the order the changes happened (an UPDATE_BEFORE beside its UPDATE_AFTER)
     records = pa.concat_tables([_records(t, ct, columns, times, ROW_VERSION) for t, ct in parts])
-    order_version = pa.concat_arrays([
-        deletes[ROW_VERSION].combine_chunks(), inserts[ROW_VERSION].combine_chunks(),
-        afters[ROW_VERSION].combine_chunks(), afters[ROW_VERSION].combine_chunks()])
-    keys = pa.chunked_array([pa.concat_arrays([t[ROW_ID].combine_chunks() for t, _ in parts])])
-    records = records.append_column("_v", order_version.cast(pa.int64()))
-    records = records.append_column("_k", keys)
+    happened = [last.filter(m)["_commit_version"].combine_chunks() for m in
+                (pc.and_(at_a, pc.invert(at_b)), pc.and_(pc.invert(at_a), at_b), both, both)]
+    keys = [t[ROW_ID].combine_chunks() for t, _ in parts]
+    records = records.append_column("_v", pa.concat_arrays(happened).cast(pa.int64()))
+    records = records.append_column("_k", pa.concat_arrays(keys))
     records = records.take(pc.sort_indices(records, [("_v", "ascending"), ("_k", "ascending"),
                                                      ("__change_type", "descending")]))
     return records.drop_columns(["_v", "_k"])
