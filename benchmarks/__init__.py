@@ -10,16 +10,25 @@ summary goes to `.bench/results.json`.
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
+    tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
 """
 
-from benchmarks import apply, bench_latency, bench_pipeline, bench_sqs, discovery, stream_read
+from benchmarks import (
+    apply,
+    bench_latency,
+    bench_pipeline,
+    bench_sqs,
+    discovery,
+    stream_read,
+    tables,
+)
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline)}
+                                       bench_pipeline, tables)}
 
 __all__ = ["BENCHMARKS"]

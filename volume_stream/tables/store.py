@@ -114,6 +114,12 @@ class TableStore:
         full = self.full_schema(self.open(name))
         return pa.schema([f for f in full if f.name not in HIDDEN])
 
+    def _layout(self, name: str) -> tuple[DeltaTable, pa.Schema, bool]:
+        """One load of the table: (table, visible schema, has row ids)."""
+        dt = self.open(name)
+        full = self.full_schema(dt)
+        return dt, pa.schema([f for f in full if f.name not in HIDDEN]), ROW_ID in full.names
+
     def has_row_ids(self, name: str) -> bool:
         return ROW_ID in self.full_schema(self.open(name)).names
 
@@ -256,15 +262,16 @@ class TableStore:
                 "removed_logs": removed}
 
     # ------------------------------------------------------------------ writes
-    def _commit(self, name: str, write: Callable[[DeltaTable, int, CommitProperties], Any]
-                ) -> tuple[int, Any]:
+    def _commit(self, name: str, write: Callable[[DeltaTable, int, CommitProperties], Any],
+                dt: DeltaTable | None = None) -> tuple[int, Any]:
         """Run `write(dt, next_version, props)` so it commits at exactly next_version."""
         for _ in range(_ATTEMPTS):
-            dt = self.open(name)
+            dt = dt or self.open(name)
             version = dt.version() + 1
             try:
                 result = write(dt, version, CommitProperties(max_commit_retries=0))
             except CommitFailedError:
+                dt = None  # lost a race: reload and stamp the next version
                 continue
             except DeltaError as exc:
                 raise InvalidInputError(f"table {name!r}: {exc}") from exc
@@ -275,8 +282,8 @@ class TableStore:
                overwrite: bool = False) -> tuple[int, int]:
         """Append (or overwrite with) `rows`, checked against the table's types. Returns
         (version, rows written)."""
-        rows = conform(rows, self.schema(name), table=name, columns=columns)
-        with_ids = self.has_row_ids(name)
+        dt, schema, with_ids = self._layout(name)
+        rows = conform(rows, schema, table=name, columns=columns)
 
         def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
             data = rows
@@ -289,16 +296,16 @@ class TableStore:
                             commit_properties=props)
             return data.num_rows
 
-        return self._commit(name, write)
+        return self._commit(name, write, dt)
 
     def update(self, name: str, assignments: dict[str, Any], where: Any = None
                ) -> tuple[int, int]:
         """UPDATE name SET col = expr, ... [WHERE cond]; returns (version, rows updated)."""
-        cols = self.schema(name).names
+        dt, schema, with_ids = self._layout(name)
+        cols = schema.names
         updates = {self._column(name, cols, c): to_delta(e, columns=cols, table=name)
                    for c, e in assignments.items()}
         predicate = to_delta(where, columns=cols, table=name) if where is not None else None
-        with_ids = self.has_row_ids(name)
 
         def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
             stamped = {_quote(c): e for c, e in updates.items()}
@@ -307,17 +314,18 @@ class TableStore:
             metrics = dt.update(updates=stamped, predicate=predicate, commit_properties=props)
             return int(metrics.get("num_updated_rows", 0))
 
-        return self._commit(name, write)
+        return self._commit(name, write, dt)
 
     def delete(self, name: str, where: Any = None) -> tuple[int, int]:
-        cols = self.schema(name).names
-        predicate = to_delta(where, columns=cols, table=name) if where is not None else None
+        dt, schema, _ = self._layout(name)
+        predicate = to_delta(where, columns=schema.names, table=name) if where is not None \
+            else None
 
         def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
             metrics = dt.delete(predicate, commit_properties=props)
             return int(metrics.get("num_deleted_rows", 0))
 
-        return self._commit(name, write)
+        return self._commit(name, write, dt)
 
     def merge(self, name: str, source: pa.Table, on: Any, clauses: list[MergeClause], *,
               target_alias: str, source_alias: str) -> tuple[int, dict[str, Any]]:
@@ -325,8 +333,8 @@ class TableStore:
 
         Several source rows may match one target row as long as at most one clause applies to
         each pair (the seed's stream-driven MERGE)."""
-        cols = self.schema(name).names
-        with_ids = self.has_row_ids(name)
+        dt, schema, with_ids = self._layout(name)
+        cols = schema.names
         new_id = "_vs_new_row_id"
         source = _plain(source)
         if with_ids:
@@ -360,7 +368,7 @@ class TableStore:
                     builder = builder.when_not_matched_insert(stamped, predicate=cond)
             return builder.execute()
 
-        return self._commit(name, write)
+        return self._commit(name, write, dt)
 
     @staticmethod
     def _column(name: str, cols: list[str], col: str) -> str:
