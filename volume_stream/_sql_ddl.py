@@ -80,13 +80,20 @@ class CreateVolume:
 @dataclass(frozen=True)
 class CreateStream:
     name: str
-    volume: str
+    volume: str                            # "" for a stream on a table
     props: dict[str, Prop]
     timestamp: str | None = None           # a literal timestamp
     timestamp_expr: str | None = None      # a Spark SQL expression to evaluate
     comment: str | None = None
     replace: bool = False
     if_not_exists: bool = False
+    table: str | None = None               # CREATE TABLE STREAM ... ON TABLE t
+
+
+@dataclass(frozen=True)
+class AlterTable:  # ALTER TABLE t SET PROPERTIES ('change_tracking' = 'true', ...)
+    name: str
+    props: dict[str, Prop]
 
 
 @dataclass(frozen=True)
@@ -341,11 +348,10 @@ class _Parser:
         self._check_replace(replace, if_not_exists, first)
         name = self.identifier("stream")
         self.expect("ON", context=f"CREATE STREAM {name}")
-        if not self.at("VOLUME"):
-            raise self.error("streams are created on volumes (streams on tables are a later "
-                             "feature)", expected=("VOLUME",))
-        self.expect("VOLUME")
-        volume = self.identifier("volume")
+        on_table = self.accept("TABLE")
+        on_table or self.expect("VOLUME", context=f"CREATE STREAM {name} ON")
+        target = self.identifier("table" if on_table else "volume")
+        volume, table = ("", target) if on_table else (target, None)
         timestamp = timestamp_expr = comment = None
         props: dict[str, Prop] = {}
         while self.peek().kind != "end":
@@ -363,7 +369,7 @@ class _Parser:
                                  expected=("TIMESTAMP AS OF", "COMMENT", "WITH PROPERTIES",
                                            "the end of the statement"))
         return CreateStream(name, volume, props, timestamp, timestamp_expr, comment, replace,
-                            if_not_exists)
+                            if_not_exists, table)
 
     def timestamp_expression(self) -> tuple[str | None, str | None]:
         start = self.peek()
@@ -383,8 +389,15 @@ class _Parser:
         text = self.statement.script[start.pos:last.pos + len(last.text)]
         return None, text
 
-    def alter(self) -> AlterVolume:
+    def alter(self) -> AlterVolume | AlterTable:
         self.expect("ALTER")
+        if self.accept("TABLE"):
+            name = self.identifier("table")
+            self.expect("SET", context=f"ALTER TABLE {name}")
+            self.accept("PROPERTIES") or self.expect("TBLPROPERTIES", context="SET")
+            props = self.prop_list("PROPERTIES")
+            self.done(f"ALTER TABLE {name} SET PROPERTIES")
+            return AlterTable(name, props)
         self.expect("VOLUME", context="ALTER")
         name = self.identifier("volume")
         self.expect("REFRESH", context=f"ALTER VOLUME {name}")
@@ -457,7 +470,8 @@ def _is_ours(tokens: tuple[_Token, ...]) -> bool:
             return k + 1 < len(tokens) and tokens[k + 1].upper == "ON"
         return False
     if head == "ALTER":
-        return rest[:1] == ["VOLUME"]
+        return rest[:1] == ["VOLUME"] or (rest[:1] == ["TABLE"] and rest[2:3] == ["SET"]
+                                          and rest[3:4] in (["PROPERTIES"], ["TBLPROPERTIES"]))
     if head in ("DROP", "DESCRIBE", "DESC"):
         if rest[:1] == ["EXTENDED"]:
             rest = rest[1:]

@@ -169,6 +169,13 @@ class Catalog:
     def _table(self, spec: VolumeSpec) -> DirectoryTable:
         return DirectoryTable(self.warehouse.volume_root(spec.name, spec.id), spec.location)
 
+    @property
+    def tables(self) -> Any:
+        """The warehouse's tables (`volume_stream.tables.TableStore`, `<warehouse>/tables/`)."""
+        from volume_stream.tables import TableStore
+
+        return TableStore(self.warehouse.root / "tables")
+
     def directory_table(self, volume: str) -> DirectoryTable:
         """The volume's directory table (a Delta table; `.path` is its location)."""
         return self._table(self._volume(volume))
@@ -238,7 +245,7 @@ class Catalog:
                     return None
                 self._get(state, VOLUME, name)
             streams = sorted(n for (k, n), s in state.items()
-                             if k == STREAM and s["volume"] == name)
+                             if k == STREAM and s.get("volume") == name)
             if streams and not cascade:
                 raise InvalidInputError(f"volume {name!r} has streams {streams}; drop them "
                                         f"first or pass cascade=True")
@@ -353,16 +360,26 @@ class Catalog:
         return self._table(spec).apply_retention(spec.retention_days)
 
     # ------------------------------------------------------------------ streams
-    def create_stream(self, name: str, on_volume: str, *, mode: str = "STANDARD",
+    def create_stream(self, name: str, on_volume: str | None = None, *,
+                      on_table: str | None = None, mode: str = "STANDARD",
                       show_initial_rows: bool = False, at_timestamp: datetime | str | None = None,
                       replace: bool = False) -> dict[str, Any]:
-        """Create a stream whose offset starts at the volume's latest version (or at the last
-        version committed at or before `at_timestamp`).
+        """Create a stream whose offset starts at the volume's (or table's) latest version (or
+        at the last version committed at or before `at_timestamp`). A table needs change
+        tracking (`ALTER TABLE t SET PROPERTIES ('change_tracking' = 'true')`).
 
         Example:
             >>> cat.create_stream("s", on_volume="landing", mode="APPEND_ONLY")
+            >>> cat.create_stream("orders_changes", on_table="orders")
         """
         _check_name(STREAM, name)
+        from volume_stream import _table_catalog
+
+        _table_catalog.check_target(on_volume, on_table)
+        if on_table is not None:
+            return _table_catalog.create(self, name, on_table, mode=mode, replace=replace,
+                                         show_initial_rows=show_initial_rows,
+                                         at_timestamp=at_timestamp)
         mode = str(mode).upper()
         if mode not in ch.MODES:
             raise InvalidInputError(f"invalid mode {mode!r}; valid modes: {', '.join(ch.MODES)}")
@@ -409,12 +426,16 @@ class Catalog:
         return self.warehouse.mutate(drop)
 
     def list_streams(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in spec.items() if k != "volume_id"}
+        return [{k: v for k, v in spec.items() if k not in ("volume_id", "table_id")}
                 for (kind, _), spec in sorted(self.warehouse.read().items()) if kind == STREAM]
 
-    def _stream(self, name: str) -> tuple[dict[str, Any], VolumeSpec]:
-        state = self.warehouse.read()
+    def _stream(self, name: str, state: CatalogState | None = None
+                ) -> tuple[dict[str, Any], VolumeSpec]:
+        state = state or self.warehouse.read()
         spec = self._get(state, STREAM, name)
+        if "table" in spec:
+            raise InvalidInputError(f"stream {name!r} is on table {spec['table']!r}, not on a "
+                                    f"volume (file pipelines read volume streams)")
         volume = state.get((VOLUME, spec["volume"]))
         if volume is None or volume["id"] != spec["volume_id"]:
             raise NotFoundError(
@@ -424,7 +445,12 @@ class Catalog:
         return spec, VolumeSpec.from_dict(volume)
 
     def _pending(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
-        spec, volume = self._stream(name)
+        state = self.warehouse.read()
+        if "table" in self._get(state, STREAM, name):
+            from volume_stream import _table_catalog
+
+            return _table_catalog.pending(self.tables, self._get(state, STREAM, name))
+        spec, volume = self._stream(name, state)
         a, b = spec["offset"], self._table(volume).version()
         return self.records_between(name, spec, volume, a, b), spec, a, b
 
@@ -483,7 +509,8 @@ class Catalog:
         yield batch
         if a == b and not spec["initial_pending"]:
             return  # nothing was pinned, nothing to move
-        self.commit_offset(name, spec["volume_id"], a, b, spec["batch_id"])
+        self.commit_offset(name, spec.get("volume_id") or spec["table_id"], a, b,
+                           spec["batch_id"])
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
                       batch_id: int) -> None:
@@ -491,7 +518,8 @@ class Catalog:
 
         def advance(state: CatalogState) -> None:
             spec = self._get(state, STREAM, name)
-            if spec["volume_id"] != volume_id or spec["offset"] != start \
+            if spec.get("volume_id", spec.get("table_id")) != volume_id \
+                    or spec["offset"] != start \
                     or spec["batch_id"] != batch_id:
                 raise ConsumeConflictError(name, start, spec["offset"])
             spec.update(offset=end, batch_id=batch_id + 1, initial_pending=False,
@@ -501,7 +529,12 @@ class Catalog:
 
     def describe_stream(self, name: str) -> dict[str, Any]:
         """Offset, mode, latest version, pending-change count, and whether it is stale."""
-        spec, volume = self._stream(name)
+        state = self.warehouse.read()
+        if "table" in self._get(state, STREAM, name):
+            from volume_stream import _table_catalog
+
+            return _table_catalog.describe(self.tables, self._get(state, STREAM, name))
+        spec, volume = self._stream(name, state)
         table = self._table(volume)
         info = {k: v for k, v in spec.items() if k != "volume_id"}
         info["latest_version"] = table.version()

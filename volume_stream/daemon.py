@@ -269,7 +269,7 @@ class Daemon:
             m.directory_version.labels(name).set(table.version())
             m.directory_files.labels(name).set(table.file_count())
         for stream in self.catalog.list_streams():
-            if stream["volume"] not in self.runners:
+            if stream.get("volume") not in self.runners:
                 continue
             try:
                 info = self.catalog.describe_stream(stream["name"])

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from volume_stream import _sql_catalog, _sql_ddl, _sql_dml
+from volume_stream import _sql_catalog, _sql_ddl, _sql_tables
 from volume_stream._sql_lexer import SqlError, SqlSyntaxError, Statement, split
 from volume_stream._sql_result import SqlResult
 from volume_stream.errors import InvalidInputError
@@ -76,7 +76,7 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
     parsed = _sql_ddl.parse(statement)
     if parsed is not None:
         return _sql_catalog.execute(catalog, parsed, statement)
-    return _sql_dml.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
+    return _sql_tables.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
 
 
 def run_script(catalog: Catalog, text: str) -> Iterator[SqlResult]:
