@@ -139,7 +139,11 @@ def _create_volume(catalog, stmt: ddl.CreateVolume) -> SqlResult:
                                               **plan.metadata}
 
     catalog.warehouse.mutate(remember)
-    return SqlResult("CREATE VOLUME", message=f"created volume {spec.name} at {spec.location}")
+    ignored = plan.metadata.get("ignored_notification_options")
+    note = f" (QUEUE_TYPE 'LOCAL' watches the folder: {', '.join(ignored)} ignored)" \
+        if ignored else ""
+    return SqlResult("CREATE VOLUME",
+                     message=f"created volume {spec.name} at {spec.location}{note}")
 
 
 # ---------------------------------------------------------------------- streams
