@@ -117,3 +117,30 @@ def test_stale_after_retention(store):
     assert store.oldest_version("t") > spec["offset"]
     with pytest.raises(StaleStreamError, match="'s'.*oldest kept version"):
         read(store, spec)
+
+
+def test_catalog_and_cli_list_table_streams(tmp_path):
+    """No Spark: a table stream through the catalog and the CLI's stream list/read."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import volume_stream as vs
+    from volume_stream.cli import app
+
+    cat = vs.connect(tmp_path / "wh")
+    cat.tables.create("t", [Column("id", "INT"), Column("name", "STRING"), Column("age", "INT")])
+    cat.tables.set_properties("t", {"change_tracking": "true"})
+    cat.create_stream("ts", on_table="t")
+    cat.tables.insert("t", people([1], ["a"], [2]))
+    with pytest.raises(InvalidInputError, match="exactly one of on_volume= or on_table="):
+        cat.create_stream("x")
+    wh = ["--warehouse", str(tmp_path / "wh")]
+    out = CliRunner().invoke(app, ["stream", "list", "--json", *wh])
+    assert out.exit_code == 0, out.output
+    rows = [json.loads(line) for line in out.output.splitlines()]
+    assert [(r["name"], r["volume"], r["table"]) for r in rows] == [("ts", None, "t")]
+    out = CliRunner().invoke(app, ["stream", "read", "ts", "--json", *wh])
+    assert out.exit_code == 0, out.output
+    assert [json.loads(x)["id"] for x in out.output.splitlines()] == [1]
+    assert cat.drop_stream("ts") is True
