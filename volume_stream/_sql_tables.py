@@ -253,11 +253,15 @@ def _merge(catalog, statement: Statement, tree: exp.Merge, name: str,
                 {c: exp.column(c, source_alias) for c in columns}
             clauses.append(MergeClause(True, "update", when.args.get("condition"), sets))
         elif isinstance(then, exp.Insert):
-            if isinstance(then.this, exp.Star) or then.this is None:
+            values = then.expression.expressions if then.expression is not None else None
+            if isinstance(then.this, exp.Star) or values is None:
                 sets = {c: exp.column(c, source_alias) for c in columns}
             else:
-                cols = [c.name for c in then.this.expressions]
-                sets = dict(zip(cols, then.expression.expressions, strict=True))
+                cols = [c.name for c in then.this.expressions] if then.this else columns
+                if len(cols) != len(values):
+                    raise InvalidInputError(f"MERGE INTO {name}: INSERT gives {len(values)} "
+                                            f"values for {len(cols)} columns ({', '.join(cols)})")
+                sets = dict(zip(cols, values, strict=True))
             clauses.append(MergeClause(False, "insert", when.args.get("condition"), sets))
         else:
             clauses.append(MergeClause(matched, "delete", when.args.get("condition")))

@@ -215,3 +215,17 @@ def test_queue_type_local_is_accepted_with_a_note(cat, tmp_path):
     result = cat.sql(f"""CREATE EXTERNAL VOLUME landing LOCATION '{tmp_path / "landing"}'
         NOTIFICATION = (QUEUE_TYPE = 'LOCAL' QUEUE_NAME = 'ignored_queue')""")
     assert "QUEUE_NAME" in result.message and "ignored" in result.message
+
+
+def test_merge_from_a_query_positional_insert_and_update_star(cat):
+    run(cat, """CREATE TABLE m (id INT, who STRING);
+                INSERT INTO m VALUES (1, 'old')""")
+    cat.sql("""MERGE INTO m USING (SELECT 1 AS k, 'new' AS w UNION ALL SELECT 2, 'two') src
+               ON m.id = src.k
+               WHEN MATCHED THEN UPDATE SET who = upper(src.w)
+               WHEN NOT MATCHED THEN INSERT VALUES (src.k * 10, src.w)""")
+    assert sorted((r["id"], r["who"]) for r in cat.sql("SELECT * FROM m")) == [
+        (1, "NEW"), (20, "two")]
+    with pytest.raises(vs.InvalidInputError, match="2 values for 1 columns"):
+        cat.sql("""MERGE INTO m USING (SELECT 3 AS id) s ON m.id = s.id
+                   WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id, 'x')""")
