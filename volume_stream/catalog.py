@@ -354,8 +354,11 @@ class Catalog:
         snap = self.directory_table(volume).snapshot(version, columns=list(PUBLIC_COLUMNS))
         return self.spark.createDataFrame(snap)
 
-    def apply_retention(self, volume: str) -> dict:
-        """Remove versions older than the volume's `data_retention_days` (DESIGN §4.5)."""
+    def apply_retention(self, volume: str, *, days: float = 7) -> dict:
+        """Remove versions older than the volume's `data_retention_days` (DESIGN §4.5), or, for
+        a warehouse table of that name, older than `days`; streams behind them become stale."""
+        if (VOLUME, volume) not in self.warehouse.read() and self.tables.exists(volume):
+            return self.tables.apply_retention(volume, days)
         spec = self._volume(volume)
         return self._table(spec).apply_retention(spec.retention_days)
 

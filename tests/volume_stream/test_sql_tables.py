@@ -229,3 +229,27 @@ def test_merge_from_a_query_positional_insert_and_update_star(cat):
     with pytest.raises(vs.InvalidInputError, match="2 values for 1 columns"):
         cat.sql("""MERGE INTO m USING (SELECT 3 AS id) s ON m.id = s.id
                    WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id, 'x')""")
+
+
+def test_failed_writes_leave_stream_offsets_and_retention_makes_streams_stale(cat):
+    run(cat, """CREATE TABLE src (id INT, name STRING);
+                ALTER TABLE src SET PROPERTIES ('change_tracking' = 'true',
+                                                'delta.logRetentionDuration' = 'interval 0 seconds');
+                CREATE TABLE STREAM s ON TABLE src WITH PROPERTIES ('TABLE_STREAM_MODE' = 'STANDARD');
+                CREATE TABLE dst (id INT, name STRING);
+                INSERT INTO src VALUES (1, 'a')""")
+    offset = cat.describe_stream("s")["offset"]
+    with pytest.raises(vs.InvalidInputError, match="type mismatch"):
+        cat.sql("INSERT INTO dst SELECT name, id FROM s")
+    with pytest.raises(vs.VolumeStreamError):
+        cat.sql("MERGE INTO dst USING s ON dst.id = s.id "
+                "WHEN NOT MATCHED THEN INSERT VALUES (s.no_such, s.name)")
+    with pytest.raises(vs.InvalidInputError, match="type mismatch"):
+        cat.sql("INSERT INTO dst SELECT 'x', name FROM s")
+    assert cat.describe_stream("s")["offset"] == offset
+    assert cat.sql("SELECT * FROM dst").rows == [] and "dst" in cat.tables.names()
+    cat.sql("INSERT INTO src VALUES (2, 'b')")
+    cat.apply_retention("src", days=0)
+    assert cat.describe_stream("s")["stale"] is True
+    with pytest.raises(vs.StaleStreamError, match="'s'"):
+        cat.read_stream_arrow("s")
