@@ -8,7 +8,9 @@ REFRESH`, `DROP`, `SHOW`, `DESCRIBE`) runs against the catalog without starting 
 other statement runs in Spark SQL with each stream it names visible as its pending changes,
 pinned at the statement's start: a SELECT never moves an offset; INSERT INTO / INSERT OVERWRITE /
 CREATE TABLE ... AS SELECT (and MERGE / UPDATE / DELETE) move the offsets of the streams they
-read to the pinned version when they succeed, and not when they fail.
+read to the pinned version when they succeed, and not when they fail. Unqualified tables are
+Delta tables in the warehouse (`_sql_tables`: CREATE / DROP / SHOW / DESCRIBE TABLE, INSERT,
+UPDATE, DELETE, MERGE committed by delta-rs), and `CREATE TABLE STREAM s ON TABLE t` streams them.
 
     cat.register_udf("fc_image_to_text", recognise, "string")
     cat.sql(open("examples/image_recognition.sql").read())
