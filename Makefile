@@ -25,6 +25,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check volume_stream connectors directory_table tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache warehouse .bench

@@ -102,7 +102,7 @@ def cpu_capacity(n: int = 5_000_000) -> float:
 
 
 def load_recipe() -> Any:
-    from volume_stream.jobs import load_udf
+    from volume_stream.cli.jobs import load_udf
 
     return load_udf("examples/image_metadata.py:image_metadata", ROOT)
 
@@ -112,7 +112,7 @@ def run_loop(files: list[Path], folder: Path, udf: Any, target: Path) -> tuple[f
     from deltalake import write_deltalake
 
     from connectors.local import LocalReader
-    from volume_stream.pipeline import FileRecord
+    from volume_stream.pipelines.udf import FileRecord
 
     started = time.perf_counter()
     reader = LocalReader(folder)
@@ -145,7 +145,7 @@ def run_binary_file(spark: Any, folder: Path, udf: Any, target: Path) -> tuple[f
     from pyspark import cloudpickle
     from pyspark.sql import functions as F
 
-    from volume_stream.pipeline import FileRecord
+    from volume_stream.pipelines.udf import FileRecord
 
     fn = udf.fn
     module = sys.modules[fn.__module__]

@@ -1,26 +1,53 @@
-"""Errors the connectors raise on purpose, in one tree.
+"""Errors the connectors raise on purpose, in one tree, and the one "is this transient" rule.
 
     ConnectorError                  a queue or object store call failed (SDK error converted)
+    ├── TransientError              it failed in a way worth retrying (throttling, 5xx, network)
+    ├── ListenerClosedError         a listener was used after `close()` (every provider alike)
     ├── MalformedMessageError       a queue message is not an event we understand (ValueError)
     ├── CredentialsError            no usable credentials; the message names what was tried
-    └── ObjectNotFoundError         the object is gone (FileNotFoundError)
+    ├── ObjectNotFoundError         the object is gone (FileNotFoundError)
+    ├── ObjectChangedError          the object changed while it was being read
+    └── InvalidPathError            a relative path that must never enter a table (ValueError)
 
-botocore / boto3 exceptions are converted at the connector edge with `raise ... from exc`, so
-callers catch these and still see the SDK error as `__cause__`. Messages never contain secrets.
+SDK exceptions are converted at the connector edge with `raise ... from exc`, so callers catch
+these and still see the SDK error as `__cause__`. Messages never contain secrets.
+
+`is_transient(exc)` is the single retry rule of every provider: a `TransientError`, a builtin
+`ConnectionError`/`TimeoutError`, or an SDK error that a provider's classifier (registered with
+`register_transient`) calls transient; a converted error is judged by its `__cause__`.
+
+    >>> is_transient(TransientError("throttled")), is_transient(ValueError("no"))
+    (True, False)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 __all__ = [
     "ConnectorError",
     "CredentialsError",
+    "InvalidPathError",
+    "ListenerClosedError",
     "MalformedMessageError",
+    "ObjectChangedError",
     "ObjectNotFoundError",
+    "TransientError",
+    "is_transient",
+    "register_transient",
 ]
 
 
 class ConnectorError(Exception):
     """Base of every connector error."""
+
+
+class TransientError(ConnectorError):
+    """A call failed in a way worth retrying (throttling, server trouble, a dropped link)."""
+
+
+class ListenerClosedError(ConnectorError):
+    """A listener was asked to receive after `close()`; the message names the listener."""
 
 
 class MalformedMessageError(ConnectorError, ValueError):
@@ -33,3 +60,39 @@ class CredentialsError(ConnectorError):
 
 class ObjectNotFoundError(ConnectorError, FileNotFoundError):
     """The object does not exist (any more): deleted between the event and the read."""
+
+
+class ObjectChangedError(ConnectorError):
+    """The object was replaced while a read resumed (its ETag no longer matches)."""
+
+
+class InvalidPathError(ConnectorError, ValueError):
+    """A relative path that must never enter a directory table ('..', leading '/', NUL...)."""
+
+
+_CLASSIFIERS: list[Callable[[BaseException], bool]] = []
+
+
+def register_transient(classifier: Callable[[BaseException], bool]) -> None:
+    """Teach `is_transient` a provider's SDK errors (called once when the provider loads)."""
+    if classifier not in _CLASSIFIERS:
+        _CLASSIFIERS.append(classifier)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying with backoff, whichever provider raised them.
+
+    Example:
+        >>> is_transient(ConnectorError("x")), is_transient(TimeoutError())
+        (False, True)
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, TransientError | ConnectionError | TimeoutError):
+            return True
+        if any(classify(exc) for classify in _CLASSIFIERS):
+            return True
+        if not isinstance(exc, ConnectorError):
+            return False
+        exc, seen = exc.__cause__, seen + 1
+    return False

@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from connectors.errors import InvalidPathError
+
 __all__ = [
     "EventKind",
     "FileEvent",
@@ -26,10 +28,6 @@ __all__ = [
     "utc_now",
     "validate_relative_path",
 ]
-
-
-class InvalidPathError(ValueError):
-    """A relative path that must never enter a directory table ('..', leading '/', NUL...)."""
 
 
 class EventKind(enum.StrEnum):

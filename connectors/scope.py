@@ -81,4 +81,9 @@ class BucketScope:
 
     def url(self, relative_path: str) -> str:
         """The `scheme://bucket/key` URL of a volume-relative path (key verbatim)."""
-        return f"{self.scheme}://{self.bucket}/{self.key(relative_path)}"
+        return self.object_url(self.bucket, self.key(relative_path))
+
+    @classmethod
+    def object_url(cls, bucket: str, key: str) -> str:
+        """The `scheme://bucket/key` URL of any object, key verbatim (no percent-encoding)."""
+        return f"{cls.scheme}://{bucket}/{key}"

@@ -27,8 +27,8 @@ import yaml
 
 from tests.aws_fixtures import aws_env, moto_server  # noqa: F401
 from volume_stream.cli import app
-from volume_stream.config import DaemonConfig
-from volume_stream.jobs import load_spec
+from volume_stream.cli.jobs import load_spec
+from volume_stream.config.daemon import DaemonConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

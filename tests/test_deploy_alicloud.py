@@ -87,7 +87,7 @@ def sdk_calls() -> dict[str, set[str]]:
     """SDK method name -> the modules calling it, for every module importing an Alibaba SDK."""
     found: dict[str, set[str]] = {}
     for path in sorted(p for pkg in ("connectors", "volume_stream", "directory_table")
-                       for p in (ROOT / pkg).glob("*.py")):
+                       for p in (ROOT / pkg).rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
                     for a in n.names}

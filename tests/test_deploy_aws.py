@@ -3,7 +3,9 @@ calls, and work when applied to moto's server (the bucket notification delivers 
 volume watches; the redrive policy moves a poison message to the dead-letter queue).
 
 The actions the code needs are derived, not listed: every boto3 operation name that appears in
-connectors/sqs.py, connectors/s3.py and connectors/_aws.py (as a client method call or a string, e.g.
+connectors/aws/listener.py, connectors/aws/store.py and connectors/aws/client.py, and in the
+provider-neutral bases connectors/_queue.py and connectors/_objects.py (as a client method call
+or a string, e.g.
 `get_paginator("list_objects_v2")`) is found with `ast`, attributed to the class that calls it,
 and mapped to its IAM action by `IAM_ACTION` below. A new boto3 call without a mapping, an
 action the code no longer calls, or a call the policies do not grant all fail here.
@@ -29,8 +31,9 @@ from tests.aws_fixtures import aws_env, moto_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "aws"
-SOURCES = [REPO / "connectors" / "sqs.py", REPO / "connectors" / "s3.py",
-           REPO / "connectors" / "_aws.py"]
+SOURCES = [REPO / "connectors" / "aws" / "listener.py", REPO / "connectors" / "aws" / "store.py",
+           REPO / "connectors" / "aws" / "client.py", REPO / "connectors" / "_queue.py",
+           REPO / "connectors" / "_objects.py"]
 
 #: boto3 operation -> the IAM action that authorises it (the *Batch calls need the single one)
 IAM_ACTION = {
@@ -49,8 +52,7 @@ IAM_ACTION = {
 
 #: which principal runs the code of each class: the listener (watch + refresh) or the
 #: pipeline readers (Spark executors)
-ROLE = {"SqsListener": "listener", "S3Lister": "listener", "S3Reader": "reader",
-        "_ObjectStream": "reader"}
+ROLE = {"SqsListener": "listener", "S3Lister": "listener", "S3Reader": "reader"}
 POLICY_FILE = {"listener": "listener-policy.json", "reader": "reader-policy.json"}
 
 EXAMPLE = {"account": "111122223333", "region": "us-east-1", "bucket": "example-landing-bucket",
@@ -184,7 +186,9 @@ def test_the_scan_finds_the_calls_we_know_about():
     s3_calls = {(scope, op) for scope, _, op in calls_in(SOURCES[1])}
     assert ("sqs", "receive_message") in sqs_calls and ("sqs", "delete_message_batch") in sqs_calls
     assert ("S3Lister", "list_objects_v2") in s3_calls  # a string: get_paginator("...")
-    assert ("S3Reader", "get_object") in s3_calls and ("_ObjectStream", "get_object") in s3_calls
+    assert ("S3Reader", "get_object") in s3_calls  # open, resume and read_range all live there
+    assert ("SqsListener", "get_queue_attributes") in {(sc, op) for sc, _, op in
+                                                       calls_in(SOURCES[0])}
 
 
 @pytest.mark.parametrize("role", ["listener", "reader"])

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from PIL import Image
 
 import volume_stream as vs
-from volume_stream.jobs import load_udf
+from volume_stream.cli.jobs import load_udf
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

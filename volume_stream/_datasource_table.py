@@ -60,8 +60,8 @@ class TableSource:
     """The table behind the options (read-only: a missing warehouse is an error)."""
 
     def __init__(self, opts):
-        from volume_stream._store import MARKER
         from volume_stream.tables import TableStore
+        from volume_stream.warehouse import MARKER
 
         root = Path(opts.warehouse).expanduser()
         if not (root / MARKER).exists():

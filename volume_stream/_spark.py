@@ -9,6 +9,8 @@ import tempfile
 
 from pyspark.sql import SparkSession
 
+from volume_stream.config.settings import Settings
+
 __all__ = ["get_spark"]
 
 
@@ -25,8 +27,6 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream") -> Spa
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (a gateway is already running) its --master wins; else local.
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        from volume_stream.settings import Settings
-
         builder = builder.master(master or Settings().spark_master or "local[*]")
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -48,14 +47,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from volume_stream.errors import InvalidInputError, NotFoundError, WarehouseError
+from directory_table import DirectoryTable
+from volume_stream.errors import InvalidInputError, WarehouseError
+from volume_stream.streams.changes import MODES, RECORD_DDL
+from volume_stream.streams.reader import VersionReader, records
 
 __all__ = ["SCHEMA", "SourceOptions", "VolumeStreamDataSource", "register"]
 
-SCHEMA = ("relative_path string, url string, size bigint, last_modified_time timestamp, "
-          "etag string, __change_type string, __commit_version bigint, "
-          "__commit_timestamp timestamp")
-_MODES = ("STANDARD", "APPEND_ONLY")
+#: the change-record schema, as Spark DDL
+SCHEMA = RECORD_DDL
 _KNOWN = ("warehouse", "volume", "table", "mode", "startingversion", "startingtimestamp",
           "maxfilespertrigger", "endingversion", "path")
 
@@ -119,7 +119,7 @@ class SourceOptions:
             raise InvalidInputError("volume_stream takes .option('volume', ...) or "
                                     ".option('table', ...), not both")
         mode = str(opts.get("mode", "STANDARD")).upper()
-        if mode not in _MODES:
+        if mode not in MODES:
             raise InvalidInputError(f"volume_stream option mode must be STANDARD or "
                                     f"APPEND_ONLY, not {opts['mode']!r}")
         starting: int | str | None = None
@@ -156,14 +156,8 @@ class VersionRange(InputPartition):
 
 
 def _records(part: VersionRange) -> pa.Table:
-    from directory_table import DirectoryTable
-    from volume_stream import changes as ch
-
-    table = DirectoryTable(part.table_root, part.base_url)
-    cdf = table.changes(part.start, part.end)
-    if part.mode == "STANDARD":
-        return ch.standard_changes(cdf)
-    return ch.append_only_changes(cdf)
+    return records(DirectoryTable(part.table_root, part.base_url), part.mode, part.start,
+                   part.end)
 
 
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -191,23 +185,11 @@ class _Volume:
     warehouse that does not exist is an error, never created)."""
 
     def __init__(self, opts: SourceOptions):
-        from volume_stream._store import MARKER, Warehouse
-        from volume_stream.volumes import VolumeSpec
-
-        root = Path(opts.warehouse).expanduser()
-        if not (root / MARKER).exists():
-            raise WarehouseError(f"volume_stream option warehouse: {opts.warehouse!r} is not a "
-                                 f"volume-stream warehouse (no {MARKER})")
-        warehouse = Warehouse(root)
-        state = warehouse.read()
-        data = state.get(("volume", opts.volume))
-        if data is None:
-            raise NotFoundError("volume", opts.volume, [n for k, n in state if k == "volume"])
-        self.spec = VolumeSpec.from_dict(data)
-        self.root = warehouse.volume_root(self.spec.name, self.spec.id)
-        from directory_table import DirectoryTable
-
-        self.table = DirectoryTable(self.root, self.spec.location)
+        try:
+            self.reader = VersionReader.open(opts.warehouse, opts.volume)
+        except WarehouseError as exc:
+            raise WarehouseError(f"volume_stream option warehouse: {exc}") from exc
+        self.spec, self.table = self.reader.spec, self.reader.table
 
     def check(self, offset: dict[str, Any]) -> int:
         """The offset's version, after checking it belongs to this volume and is still kept."""
@@ -217,8 +199,8 @@ class _Volume:
                 f"was written (checkpoint volume id {offset.get('volume_id')!r}, now "
                 f"{self.spec.id!r}); start the query again with a new checkpointLocation")
         version = int(offset["version"])
-        oldest = self.table.oldest_version()
-        if version < oldest:
+        if not self.reader.is_kept(version):
+            oldest = self.reader.oldest()
             raise InvalidInputError(
                 f"volume {self.spec.name!r}: the query is at version {version} but the oldest "
                 f"kept version is {oldest} (older ones were removed by retention); start again "
@@ -248,7 +230,7 @@ class _Volume:
         return start
 
     def partition(self, start: int, end: int, mode: str) -> VersionRange:
-        return VersionRange(self.root, self.spec.location, start, end, mode)
+        return VersionRange(str(self.table.root), self.spec.location, start, end, mode)
 
     def admit(self, start: int, latest: int, limit: ReadLimit) -> int:
         """The last version to read so a batch stays within `limit` (at least one version)."""
@@ -258,21 +240,7 @@ class _Volume:
             cap, distinct = limit.max_rows, False
         else:
             return latest
-        # every version changes at least one file, so at most `cap` versions can fit
-        upper = min(latest, start + max(cap, 1))
-        cdf = self.table.changes(start, upper).select(["relative_path", "_commit_version"])
-        if distinct:
-            cdf = cdf.group_by(["_commit_version", "relative_path"]).aggregate([])
-        counts = cdf.group_by("_commit_version").aggregate([("relative_path", "count")])
-        per_version = dict(zip(counts["_commit_version"].to_pylist(),
-                               counts["relative_path_count"].to_pylist(), strict=True))
-        end, total = start, 0
-        for version in range(start + 1, upper + 1):
-            total += per_version.get(version, 0)
-            if total > cap and end > start:
-                break
-            end = version
-        return end
+        return self.reader.admit(start, latest, cap, distinct_files=distinct)
 
 
 class VolumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

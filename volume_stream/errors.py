@@ -6,24 +6,40 @@
     ├── StaleStreamError         the stream's offset is older than the oldest kept version
     ├── ConsumeConflictError     another consumer moved the offset first
     ├── InvalidInputError        bad argument: mode, name, path, location (also a ValueError)
-    ├── SqlError                 (volume_stream.sql) a statement failed
+    ├── SqlError                 a SQL statement failed (line and column of the script)
     │   └── SqlSyntaxError       names line, column and what was expected (also InvalidInputError)
     ├── ConfigError              bad or missing configuration, credentials
-    └── WarehouseError           the warehouse folder is corrupt or not a warehouse
+    ├── SourceError              a queue, object-store or folder read failed (a connector's
+    │                            ConnectorError other than CredentialsError, which is ConfigError)
+    ├── CommitConflictError      another writer committed to the same directory table version
+    │                            (directory_table.CommitConflict)
+    └── WarehouseError           the warehouse folder is corrupt or not a warehouse (also a
+                                 volume's missing directory table: directory_table.TableMissing)
 
-Third-party errors are converted at the edge with `raise ... from exc`, so callers catch these.
+Errors of the layers below (`connectors.errors.ConnectorError`, `directory_table.TableMissing`,
+`directory_table.CommitConflict`) and third-party errors are converted where they cross into
+volume-stream's public API, with `raise ... from exc` (the original stays as `__cause__`), so
+callers catch these. `converted(what)` is the one place that does it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from connectors.errors import ConnectorError, CredentialsError
+from directory_table.table import CommitConflict, TableMissing
 
 __all__ = [
     "AlreadyExistsError",
+    "CommitConflictError",
     "ConfigError",
     "ConsumeConflictError",
     "InvalidInputError",
     "NotFoundError",
+    "SourceError",
+    "SqlError",
+    "SqlSyntaxError",
     "StaleStreamError",
     "VolumeStreamError",
     "WarehouseError",
@@ -79,3 +95,56 @@ class ConfigError(VolumeStreamError):
 
 class WarehouseError(VolumeStreamError):
     """The warehouse folder is not a volume-stream warehouse or is damaged."""
+
+
+class SourceError(VolumeStreamError):
+    """A queue or object-store call failed (network, missing bucket or queue, refused call)."""
+
+
+class CommitConflictError(VolumeStreamError):
+    """Another writer committed the directory table version this commit was planned on."""
+
+
+class SqlError(VolumeStreamError):
+    """A SQL statement failed; `line` and `column` (1-based) say where in the script."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        super().__init__(message)
+        self.line, self.column = line, column
+
+
+class SqlSyntaxError(SqlError, InvalidInputError):
+    """The text is not valid SQL here: says line, column, what was expected and what was found.
+
+    `expected` lists what would have been valid; `found` describes the token that was there.
+    """
+
+    def __init__(self, message: str, line: int, column: int, *, expected: tuple[str, ...] = (),
+                 found: str = "", snippet: str = ""):
+        text = f"syntax error at line {line}, column {column}: {message}"
+        if snippet:
+            text += "\n" + snippet
+        super().__init__(text, line, column)
+        self.expected, self.found = expected, found
+
+
+@contextmanager
+def converted(what: str) -> Iterator[None]:
+    """Convert the lower layers' errors into this tree; `what` names the object ("volume 'x'").
+
+    CredentialsError → ConfigError, any other ConnectorError → SourceError, TableMissing →
+    WarehouseError, CommitConflict → CommitConflictError, any other OSError (a local volume's
+    folder gone or unreadable) → SourceError; each keeps the original as its cause.
+    """
+    try:
+        yield
+    except CredentialsError as exc:
+        raise ConfigError(f"{what}: {exc}") from exc
+    except ConnectorError as exc:
+        raise SourceError(f"{what}: {exc}") from exc
+    except TableMissing as exc:
+        raise WarehouseError(f"{what}: directory table missing: {exc}") from exc
+    except CommitConflict as exc:
+        raise CommitConflictError(f"{what}: {exc}") from exc
+    except OSError as exc:  # a local volume's folder gone or unreadable
+        raise SourceError(f"{what}: {exc}") from exc

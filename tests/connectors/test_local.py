@@ -27,7 +27,7 @@ from watchdog.events import (
 )
 from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent
 
-from connectors.base import LISTING_SCHEMA, Listener, Lister, ObjectReader
+from connectors.errors import ListenerClosedError
 from connectors.events import EventKind, FileEvent, InvalidPathError
 from connectors.local import (
     LocalListener,
@@ -37,6 +37,7 @@ from connectors.local import (
     file_url,
     list_local,
 )
+from connectors.protocols import LISTING_SCHEMA, Listener, Lister, ObjectReader
 
 DEBOUNCE = 0.05
 
@@ -321,7 +322,7 @@ def test_threads_are_named_and_joined_on_close(root: Path) -> None:
         pass
     assert not any(t.is_alive() for t in ours)
     listener.close()  # idempotent
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(ListenerClosedError, match="closed"):  # the same error as SQS/MNS
         listener.receive(timeout=0)
     listener.ack(())
     listener.extend((), 30)

@@ -13,10 +13,10 @@ import time
 import oss2
 import pytest
 
-from connectors.base import Listener
-from connectors.errors import ConnectorError, CredentialsError
+from connectors.errors import ConnectorError, CredentialsError, ListenerClosedError
 from connectors.events import EventKind
 from connectors.mns import MnsHandle, MnsListener
+from connectors.protocols import Listener
 from tests.alicloud_fixtures import (  # noqa: F401
     FAKE_ACCESS_KEY_ID,
     alicloud_env,
@@ -273,3 +273,59 @@ def test_backlog_counts_waiting_messages(mns_server, vol, listen):
     got = listener.receive(timeout=0)
     listener.ack(got.handles)
     assert listener.backlog() == 0
+
+
+def test_each_event_maps_to_its_messages_handle_and_a_partial_ack_keeps_the_rest(
+        mns_server, vol, listen):
+    """Issue 16 item 4: a poison event holds only its own message, not the whole batch."""
+    listener = listen()
+    for name in ("a.txt", "poison.txt", "c.txt"):
+        vol.oss.put_object(f"in/{name}", b"x")
+    batch = listener.receive(timeout=0)
+    assert sorted(e.relative_path for e in batch.events) == ["a.txt", "c.txt", "poison.txt"]
+    mapping = batch.source_handles
+    assert set(mapping) == {e.source_id for e in batch.events}
+    assert all(mapping[e.source_id].message_id == e.source_id for e in batch.events)
+    assert len({id(h) for h in mapping.values()}) == 3
+    assert batch.info["handle_of_source"] == dict(mapping)  # what the daemon reads today
+    poison = next(e for e in batch.events if e.relative_path == "poison.txt")
+    listener.ack([mapping[e.source_id] for e in batch.events if e is not poison])
+    (kept,) = mns_server.backend.messages(vol.queue_name)
+    assert kept.message_id == poison.source_id and "poison.txt" in _decoded(kept.body)
+
+
+def _decoded(body: str) -> str:
+    import base64
+    return body if body.lstrip().startswith("{") else base64.b64decode(body).decode()
+
+
+def test_drain_stops_before_its_own_messages_become_visible_again(mns_server, oss_server,
+                                                                  listen):
+    """The MNS drain has the same visibility guard as SQS's: it reads the queue's visibility
+    timeout and stops at half of it, so it never receives its own messages a second time."""
+    short = make_volume(mns_server, oss_server, visibility_timeout=1)
+    for i in range(400):
+        body = json.dumps({"events": [{"eventName": "ObjectCreated:PutObject",
+                                       "eventTime": "2024-01-02T03:04:05.000Z",
+                                       "oss": {"bucket": {"name": short.bucket},
+                                               "object": {"key": f"in/d{i}", "size": 1}}}]})
+        mns_server.backend.send(short.queue_name, body)
+    listener = listen(short, batch_size=1, max_workers=1)
+    batch = listener.receive(timeout=0)
+    paths = [e.relative_path for e in batch.events]
+    assert paths and len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
+    listener.ack(batch.handles)
+    assert left(mns_server, short) == 400 - len(paths)
+
+
+def test_ack_and_extend_still_work_after_close(mns_server, vol, listen):
+    """As for SQS: a daemon can close its listener, finish its last commit and still ack."""
+    listener = listen()
+    vol.oss.put_object("in/last.txt", b"1")
+    got = listener.receive(timeout=0)
+    listener.close()
+    with pytest.raises(ListenerClosedError):
+        listener.receive(timeout=0)
+    listener.extend(got.handles, 60)
+    listener.ack(got.handles)
+    assert left(mns_server, vol) == 0

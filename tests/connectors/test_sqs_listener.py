@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from connectors.base import Listener
 from connectors.errors import ConnectorError, CredentialsError
 from connectors.events import EventKind
+from connectors.protocols import Listener
 from connectors.s3 import normalize_etag
 from connectors.sqs import SqsListener
 from tests.aws_fixtures import (  # noqa: F401
@@ -312,3 +312,28 @@ def test_drain_stops_before_its_own_messages_become_visible_again(notified_bucke
         assert len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
         assert elapsed < 5
         listener.ack(batch.handles)
+
+
+def test_each_event_maps_to_its_messages_handle_and_a_partial_ack_keeps_the_rest(
+        notified_bucket):
+    """Issue 16 item 4: a poison event holds only its own message, not the whole batch."""
+    rig = notified_bucket
+    for name in ("a.txt", "poison.txt", "c.txt"):
+        rig.put(f"in/{name}", b"x")
+    with listen(rig, "in/", visibility_timeout=30) as listener:
+        batch = listener.receive(timeout=1)
+        assert sorted(e.relative_path for e in batch.events) == ["a.txt", "c.txt", "poison.txt"]
+        mapping = batch.source_handles
+        assert set(mapping) == {e.source_id for e in batch.events}
+        # (the batch also holds the s3:TestEvent message, ignored: its handle has no event)
+        assert len(set(mapping.values())) == 3 and set(mapping.values()) <= set(batch.handles)
+        assert batch.info["handle_of_source"] == dict(mapping)  # what the daemon reads today
+        poison = next(e for e in batch.events if e.relative_path == "poison.txt")
+        listener.ack([h for h in batch.handles if h != mapping[poison.source_id]])
+        assert wait_until(lambda: queue_counts(rig) == (0, 1))  # only the poison in flight
+        listener.extend([mapping[poison.source_id]], 0)  # give it back at once
+        again = listener.receive(timeout=1)
+        assert [e.relative_path for e in again.events] == ["poison.txt"]
+        assert again.events[0].source_id == poison.source_id  # the same message
+        listener.ack(again.handles)
+    assert queue_counts(rig) == (0, 0)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from volume_stream.cli import app
-from volume_stream.config import DaemonConfig
+from volume_stream.config.daemon import DaemonConfig
 from volume_stream.errors import ConfigError
 
 runner = CliRunner()

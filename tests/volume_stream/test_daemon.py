@@ -18,10 +18,10 @@ import volume_stream as vs
 from connectors.base import Received
 from connectors.errors import ConnectorError
 from connectors.events import FileEvent
-from volume_stream.config import DaemonConfig
+from volume_stream.config.daemon import DaemonConfig
 from volume_stream.daemon import Daemon
 from volume_stream.errors import ConfigError
-from volume_stream.watcher import VolumeWatcher
+from volume_stream.volumes.watcher import VolumeWatcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -359,9 +359,31 @@ def test_spec_pipeline_command_is_the_run_cli(tmp_path):
     cfg = config(tmp_path, pipelines={"p": {"spec": str(tmp_path / "p.toml")}})
     daemon = Daemon(cfg)
     pipeline_cmd = daemon.config.pipelines["p"]
-    from volume_stream._daemon_pipeline import PipelineRunner
+    from volume_stream.daemon.pipeline_runner import PipelineRunner
 
     cmd = PipelineRunner("p", pipeline_cmd, cfg.warehouse, daemon.metrics,
                          threading.Event()).command()
     assert cmd[1:] == ["-m", "volume_stream.cli", "run", str(tmp_path / "p.toml"),
                        "--warehouse", str(tmp_path / "wh")]
+
+
+def test_spark_master_of_the_config_reaches_the_pipelines(tmp_path, monkeypatch):
+    monkeypatch.delenv("VOLUME_STREAM_SPARK_MASTER", raising=False)
+    marker = tmp_path / "master.txt"
+    probe = [sys.executable, "-c",
+             "import os, sys; open(sys.argv[1], 'w').write("
+             "os.environ.get('VOLUME_STREAM_SPARK_MASTER', '<unset>'))", str(marker)]
+    cfg = DaemonConfig.from_mapping({
+        "warehouse": str(tmp_path / "wh"), "metrics": {"enabled": False},
+        "spark_master": "local[1]",
+        "pipelines": {"probe": {"command": probe, "interval_s": 100}}})
+    with Daemon(cfg) as daemon:
+        wait_for(lambda: daemon.pipelines["probe"].last_outcome == "ok")
+    assert marker.read_text() == "local[1]"
+    # without it the child keeps the environment's (here: none)
+    cfg = DaemonConfig.from_mapping({"warehouse": str(tmp_path / "wh"),
+                                     "metrics": {"enabled": False},
+                                     "pipelines": {"probe": {"command": probe}}})
+    with Daemon(cfg) as daemon:
+        wait_for(lambda: daemon.pipelines["probe"].last_outcome == "ok")
+    assert marker.read_text() == "<unset>"

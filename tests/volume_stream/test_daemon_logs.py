@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from volume_stream.logs import JsonFormatter, TextFormatter, configure_logging, secret_values
+from volume_stream.daemon.logs import JsonFormatter, TextFormatter, configure_logging, secret_values
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from volume_stream.metrics import DaemonMetrics, MetricsServer
+from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
 
 
 def get(url):

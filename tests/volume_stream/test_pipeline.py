@@ -12,8 +12,8 @@ import pytest
 from deltalake import DeltaTable
 
 import volume_stream as vs
-from volume_stream._pipeline_exec import apply_udf, is_transient
 from volume_stream.errors import InvalidInputError, NotFoundError, VolumeStreamError
+from volume_stream.pipelines.executor import apply_udf, is_transient
 
 
 @vs.file_udf("content string, n_bytes long")

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 import volume_stream as vs
-from volume_stream._pipeline_run import CRASH_ENV
+from volume_stream.pipelines.run import CRASH_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind
-from volume_stream.refresh import diff_listing
+from volume_stream.volumes.refresh import diff_listing
 
 T = datetime(2026, 1, 1, 12, 0, 0, 123000, tzinfo=UTC)
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from volume_stream.cli import app
-from volume_stream.cli_sql import load_udf, repl
+from volume_stream.cli.sql import load_udf, repl
 
 runner = CliRunner()
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from volume_stream._sql_ddl import parse
-from volume_stream._sql_volume import plan_volume
 from volume_stream.sql import run_script, statements
+from volume_stream.sql.ddl import parse
+from volume_stream.sql.volume_plan import plan_volume
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "image_recognition.sql"
 COLOURS = {"red": (200, 30, 30), "green": (30, 180, 40), "blue": (20, 40, 210)}

@@ -8,9 +8,8 @@ import json
 import pytest
 
 import volume_stream as vs
-from volume_stream import _sql_ddl as ddl
-from volume_stream._sql_volume import plan_volume
-from volume_stream.sql import SqlSyntaxError, statements
+from volume_stream.sql import SqlSyntaxError, ddl, statements
+from volume_stream.sql.volume_plan import plan_volume
 
 
 def parse(text):
@@ -269,7 +268,7 @@ def test_volume_mapping_errors(cat, tmp_path):
 
 def test_plans_build_the_notification_classes_of_volumes():
     """The plans instantiate volume_stream.volumes' MnsNotification / SqsNotification."""
-    from volume_stream._sql_volume import NotificationPlan
+    from volume_stream.sql.volume_plan import NotificationPlan
 
     mns = NotificationPlan("ALICLOUD_MNS", ("https://1.mns.cn-shanghai.aliyuncs.com", "q")).build()
     assert type(mns).__name__ == "MnsNotification"
@@ -285,7 +284,7 @@ def test_plans_build_the_notification_classes_of_volumes():
 
 # ---------------------------------------------------------------------- stream DML analysis
 def analysis(text, streams=("s", "Other"), udfs=("fc_image_to_text",)):
-    from volume_stream._sql_dml import analyze
+    from volume_stream.sql.dml import analyze
 
     (statement,) = statements(text)
     found = analyze(statement, {s.lower(): s for s in streams}, set(udfs))
@@ -335,7 +334,7 @@ def test_seed_adaptations_keep_the_rest_of_the_text_and_positions():
     text = ("CREATE TABLE r (a VARCHAR COMMENT 'x', b VARCHAR(10), c CHAR(2));\n"
             "SELECT public.fc_image_to_text('t', url), other.fn(x), CAST(y AS VARCHAR) FROM s")
     first, second = statements(text)
-    from volume_stream._sql_dml import analyze
+    from volume_stream.sql.dml import analyze
 
     a = analyze(first, {}, {"fc_image_to_text"})
     assert a.text(first.text) == "CREATE TABLE r (a STRING COMMENT 'x', b VARCHAR(10), c CHAR(2))"

@@ -7,7 +7,7 @@ import time
 from connectors.base import Received
 from connectors.events import FileEvent, utc_now
 from directory_table import DirectoryTable
-from volume_stream.watcher import VolumeWatcher, keep_invisible
+from volume_stream.volumes.watcher import VolumeWatcher, keep_invisible
 
 
 class RecordingListener:

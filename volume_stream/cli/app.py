@@ -1,0 +1,173 @@
+"""The `volume-stream` command line: volume and stream admin, reading streams, watching.
+
+    volume-stream volume create landing ./data
+    volume-stream volume refresh landing
+    volume-stream stream create new_files --on landing
+    volume-stream stream read new_files --json
+    volume-stream watch landing --until-idle
+
+Every command takes `--warehouse` (default ./warehouse, or $VOLUME_STREAM_WAREHOUSE).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from volume_stream.cli import daemon as daemon_commands
+from volume_stream.cli import run as run_commands
+from volume_stream.cli import sql as sql_commands
+from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows
+from volume_stream.cli._common import catalog as _catalog
+from volume_stream.errors import VolumeStreamError
+from volume_stream.volumes.notifications import LocalNotification
+
+app = typer.Typer(help="Event-driven file streams on Apache Spark.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+volume_app = typer.Typer(help="Create, list, refresh and drop volumes.", no_args_is_help=True)
+stream_app = typer.Typer(help="Create, list, describe, read and drop streams.",
+                         no_args_is_help=True)
+app.add_typer(volume_app, name="volume")
+app.add_typer(stream_app, name="stream")
+
+# ---------------------------------------------------------------------- volumes
+@volume_app.command("create")
+def volume_create(
+    name: str,
+    location: str,
+    recursive: Annotated[bool, typer.Option(help="Include files in subfolders.")] = True,
+    include: Annotated[list[str] | None, typer.Option(help="Glob of paths to keep.")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Glob of paths to skip.")] = None,
+    retention_days: Annotated[float, typer.Option(help="Keep versions this long.")] = 7,
+    polling: Annotated[bool, typer.Option(help="Poll instead of inotify.")] = False,
+    replace: Annotated[bool, typer.Option(help="Replace a volume of that name.")] = False,
+    warehouse: Warehouse = None,
+) -> None:
+    """Register a folder as a volume (its directory table starts empty: run refresh)."""
+    options: dict[str, Any] = {"data_retention_days": retention_days}
+    if include:
+        options["include"] = include
+    if exclude:
+        options["exclude"] = exclude
+    spec = _catalog(warehouse).create_volume(
+        name, location, recursive=recursive, replace=replace,
+        notification=LocalNotification(polling=True) if polling else None, **options)
+    out.print(f"created volume [bold]{spec.name}[/bold] at {spec.location}")
+
+
+@volume_app.command("list")
+def volume_list(warehouse: Warehouse = None, as_json: AsJson = False) -> None:
+    """List volumes with their latest version and file count."""
+    print_rows(_catalog(warehouse).list_volumes(), as_json, "volumes")
+
+
+@volume_app.command("refresh")
+def volume_refresh(name: str, warehouse: Warehouse = None) -> None:
+    """List the volume and commit what changed since the directory table's latest version."""
+    m = _catalog(warehouse).refresh(name)
+    version = "no new version" if m.version is None else f"version {m.version}"
+    out.print(f"refreshed {name}: listed {m.listed}, +{m.inserted} ~{m.updated} -{m.deleted} "
+              f"({version}, {m.seconds:.2f}s)")
+
+
+@volume_app.command("drop")
+def volume_drop(name: str, if_exists: bool = False,
+                cascade: Annotated[bool, typer.Option(help="Also drop its streams.")] = False,
+                warehouse: Warehouse = None) -> None:
+    """Drop a volume and its directory table (the files themselves are not touched)."""
+    dropped = _catalog(warehouse).drop_volume(name, if_exists=if_exists, cascade=cascade)
+    out.print(f"dropped volume {name}" if dropped else f"no volume {name}")
+
+
+# ---------------------------------------------------------------------- streams
+@stream_app.command("create")
+def stream_create(
+    name: str,
+    on: Annotated[str, typer.Option("--on", help="The volume to stream.")],
+    mode: Annotated[str, typer.Option(help="STANDARD or APPEND_ONLY.")] = "STANDARD",
+    show_initial_rows: Annotated[bool, typer.Option(help="First read returns existing files.")
+                                 ] = False,
+    at_timestamp: Annotated[str | None, typer.Option(help="ISO time to start from.")] = None,
+    replace: bool = False,
+    warehouse: Warehouse = None,
+) -> None:
+    """Create a stream on a volume; its offset starts at the latest version."""
+    info = _catalog(warehouse).create_stream(name, on, mode=mode, replace=replace,
+                                             show_initial_rows=show_initial_rows,
+                                             at_timestamp=at_timestamp)
+    out.print(f"created stream [bold]{name}[/bold] on {on} ({info['mode']}) at version "
+              f"{info['offset']}")
+
+
+@stream_app.command("list")
+def stream_list(warehouse: Warehouse = None, as_json: AsJson = False) -> None:
+    """List streams with their volume (or table), mode and offset."""
+    rows = [{k: s.get(k) for k in ("name", "volume", "table", "mode", "offset", "batch_id",
+                                   "show_initial_rows")} for s in _catalog(warehouse).list_streams()]
+    print_rows(rows, as_json, "streams")
+
+
+@stream_app.command("describe")
+def stream_describe(name: str, warehouse: Warehouse = None, as_json: AsJson = False) -> None:
+    """Offset, latest version, pending changes, stale or not."""
+    info = _catalog(warehouse).describe_stream(name)
+    if as_json:
+        print_rows([info], True)
+    else:
+        print_rows([{"property": k, "value": v} for k, v in info.items()], False, name)
+
+
+@stream_app.command("read")
+def stream_read(name: str, limit: Annotated[int | None, typer.Option(help="At most N rows.")
+                                            ] = None,
+                warehouse: Warehouse = None, as_json: AsJson = False) -> None:
+    """Print the stream's pending change records (the offset does not move)."""
+    records = _catalog(warehouse).read_stream_arrow(name)
+    if limit is not None:
+        records = records.slice(0, limit)
+    print_rows(records.to_pylist(), as_json, f"{name}: {records.num_rows} change records")
+
+
+@stream_app.command("drop")
+def stream_drop(name: str, if_exists: bool = False, warehouse: Warehouse = None) -> None:
+    """Drop a stream (its offset is forgotten)."""
+    dropped = _catalog(warehouse).drop_stream(name, if_exists=if_exists)
+    out.print(f"dropped stream {name}" if dropped else f"no stream {name}")
+
+
+# ---------------------------------------------------------------------- watch
+@app.command("watch")
+def watch(
+    volume: str,
+    until_idle: Annotated[bool, typer.Option(help="Return once no events are pending.")] = False,
+    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    warehouse: Warehouse = None,
+) -> None:
+    """Run the volume's listener in the foreground (Ctrl-C stops it cleanly)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    err.print(f"watching {volume} (Ctrl-C to stop)")
+    metrics = _catalog(warehouse).watch(volume, until_idle=until_idle, timeout=timeout)
+    out.print(json.dumps(metrics.as_dict()))
+
+
+# Commands kept in their own modules: `run` (pipelines), `daemon`/`config`, `sql`.
+run_commands.register(app)
+daemon_commands.register(app)
+sql_commands.register(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except VolumeStreamError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The `daemon` and `config check` commands of the `volume-stream` CLI.
+
+    volume-stream daemon --config volume-stream.toml [--log-json]
+    volume-stream config check volume-stream.toml [--json]
+
+`daemon` runs until SIGTERM/SIGINT and exits 0 after a clean stop; a configuration error exits
+2 with a message naming the key, the file and what is allowed; other start-up failures exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from volume_stream.config.daemon import DaemonConfig
+from volume_stream.daemon.daemon import Daemon
+from volume_stream.daemon.logs import configure_logging
+from volume_stream.errors import ConfigError, VolumeStreamError
+
+__all__ = ["register"]
+
+config_app = typer.Typer(help="Check daemon configuration files.", no_args_is_help=True)
+
+ConfigFile = Annotated[Path, typer.Option("--config", "-c", help="The daemon's TOML file.",
+                                          show_default=False)]
+
+
+def _load(path: Path):
+    try:
+        return DaemonConfig.load(path)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+
+def daemon(
+    config: ConfigFile,
+    log_json: Annotated[bool, typer.Option("--log-json", help="Log one JSON object per line.")
+                        ] = False,
+) -> None:
+    """Run the listeners, refreshes and pipelines of a configuration until SIGTERM/SIGINT."""
+    cfg = _load(config)
+    configure_logging(cfg.log_level, json_lines=log_json or cfg.log_json)
+    log = logging.getLogger("volume_stream.daemon")
+
+    try:
+        code = Daemon(cfg).run()
+    except ConfigError as exc:
+        log.error("configuration error in %s: %s", config, exc)
+        raise typer.Exit(2) from None
+    except (VolumeStreamError, OSError) as exc:
+        log.error("daemon failed to start: %s", exc, exc_info=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+@config_app.command("check")
+def config_check(
+    file: Annotated[Path, typer.Argument(help="The daemon's TOML file.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the effective configuration "
+                                                         "as JSON.")] = False,
+) -> None:
+    """Validate a daemon configuration (with VOLUME_STREAM_* overrides) and summarise it."""
+    cfg = _load(file)
+    if as_json:
+        print(json.dumps(cfg.summary(), indent=2))
+        return
+    print(f"{file}: ok")
+    print(f"  warehouse  {cfg.warehouse}")
+    metrics = (f"http://{cfg.metrics.host}:{cfg.metrics.port}/metrics (/healthz, /readyz)"
+               if cfg.metrics.enabled else "disabled")
+    print(f"  metrics    {metrics}")
+    for name, vol in cfg.volumes.items():
+        note = (vol.notification or {}).get("type", "backend default")
+        state = "" if vol.enabled else " (disabled)"
+        refresh = f"every {vol.refresh_interval_s:g}s" if vol.refresh_interval_s else "never"
+        print(f"  volume     {name}{state}: {vol.location or '(existing)'}, notification {note}, "
+              f"batch <= {vol.max_batch_events} events / {vol.max_wait_s:g}s, refresh {refresh}")
+        for stream, scfg in vol.streams.items():
+            print(f"  stream     {stream} on {name} ({scfg.mode})")
+    for name, pipe in cfg.pipelines.items():
+        what = f"run {pipe.spec}" if pipe.spec else " ".join(pipe.command or [])
+        state = "" if pipe.enabled else " (disabled)"
+        print(f"  pipeline   {name}{state}: {what}, every {pipe.interval_s:g}s")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `daemon` and `config check` to the `volume-stream` app."""
+    app.command("daemon")(daemon)
+    app.add_typer(config_app, name="config")

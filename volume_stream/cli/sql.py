@@ -1,0 +1,168 @@
+"""`volume-stream sql`: run SQL against a warehouse from the command line.
+
+    volume-stream sql -e "SHOW VOLUMES"
+    volume-stream sql examples/image_recognition.sql --udf fc_image_to_text=my_udfs:recognise
+    volume-stream sql < script.sql
+    volume-stream sql                     # an interactive prompt when stdin is a terminal
+
+Statements run one by one and each result is printed as it completes (a table, or JSON lines
+with --json). A script stops at its first error, which is printed with its line and column, and
+the command exits with status 1; the interactive prompt reports the error and carries on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from volume_stream.cli._common import catalog as open_catalog
+from volume_stream.cli._common import err, out, print_rows
+from volume_stream.errors import InvalidInputError, VolumeStreamError
+from volume_stream.sql import run_script
+from volume_stream.sql.lexer import is_complete
+
+__all__ = ["load_udf", "register", "repl", "run_text"]
+
+PROMPT, MORE = "volume-stream> ", "            -> "
+
+
+def load_udf(spec: str) -> tuple[str, Any, str]:
+    """Parse `NAME=module:function[:return_type]` into (name, function, return_type).
+
+    Example:
+        >>> load_udf("fc_image_to_text=my_udfs:recognise:string")[0]
+        'fc_image_to_text'
+    """
+    name, sep, target = spec.partition("=")
+    parts = target.split(":")
+    if not sep or len(parts) not in (2, 3) or not all(parts[:2]):
+        raise InvalidInputError(f"--udf {spec!r}: write NAME=module:function[:return_type]")
+    try:
+        fn = getattr(importlib.import_module(parts[0]), parts[1])
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"--udf {spec!r}: cannot load {parts[0]}:{parts[1]} ({exc})"
+                                ) from exc
+    return name.strip(), fn, parts[2] if len(parts) == 3 else "string"
+
+
+def _print(result: Any, as_json: bool, limit: int) -> None:
+
+    message = result.message
+    if result.is_query:
+        rows = [r.asDict(recursive=True) for r in result.df.limit(limit + 1).collect()]
+        print_rows(rows[:limit], as_json, None)
+        more = len(rows) > limit
+        message += f" ({'first ' if more else ''}{min(len(rows), limit)} rows shown)"
+    elif result.rows:
+        print_rows(result.rows, as_json, None)
+    # with --json, stdout carries JSON lines only
+    (err if as_json else out).print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def run_text(catalog, text: str, *, as_json: bool = False, limit: int = 1000) -> None:
+    """Run a script, printing each statement's result; raises the first error.
+
+    Example:
+        >>> run_text(cat, "SHOW VOLUMES; SHOW STREAMS", as_json=True)
+    """
+
+    for result in run_script(catalog, text):
+        _print(result, as_json, limit)
+
+
+def _report(exc: VolumeStreamError) -> None:
+
+    err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
+def repl(catalog, read_line: Callable[[str], str], *, as_json: bool = False,
+         limit: int = 1000) -> int:
+    """The interactive loop: read lines until a statement ends with ';', run it, repeat.
+
+    `read_line(prompt)` returns the next line or raises EOFError (as `input` does). `exit`,
+    `quit` or the end of input leave. Returns the number of statements that failed.
+
+    Example:
+        >>> repl(cat, input)          # what `volume-stream sql` does on a terminal
+    """
+
+    failures, buffer = 0, ""
+    while True:
+        try:
+            line = read_line(MORE if buffer.strip() else PROMPT)
+        except EOFError:
+            break
+        if not buffer.strip() and line.strip().rstrip(";").lower() in ("exit", "quit", "\\q"):
+            return failures
+        buffer += line + "\n"
+        if not is_complete(buffer):
+            continue
+        text, buffer = buffer, ""
+        try:
+            run_text(catalog, text, as_json=as_json, limit=limit)
+        except VolumeStreamError as exc:
+            failures += 1
+            _report(exc)
+    if buffer.strip():  # a last statement without ';'
+        try:
+            run_text(catalog, buffer, as_json=as_json, limit=limit)
+        except VolumeStreamError as exc:
+            failures += 1
+            _report(exc)
+    return failures
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `sql` command to the `volume-stream` app.
+
+    Example:
+        >>> register(app)       # done by volume_stream.cli at import
+    """
+
+    @app.command("sql")
+    def sql(
+        file: Annotated[Path | None, typer.Argument(
+            help="A SQL script to run ('-' for stdin).", show_default=False)] = None,
+        execute: Annotated[str | None, typer.Option(
+            "--execute", "-e", help="SQL text to run.", show_default=False)] = None,
+        udf: Annotated[list[str] | None, typer.Option(
+            "--udf", help="Register a Python UDF: NAME=module:function[:return_type].",
+            show_default=False)] = None,
+        limit: Annotated[int, typer.Option(help="Print at most this many rows per query.")
+                         ] = 1000,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+        warehouse: Annotated[Path | None, typer.Option(
+            "--warehouse", "-w",
+            help="Warehouse folder [default: ./warehouse or $VOLUME_STREAM_WAREHOUSE]")] = None,
+    ) -> None:
+        """Run SQL: -e TEXT, a FILE, stdin, or an interactive prompt."""
+
+        if file is not None and execute is not None:
+            raise typer.BadParameter("give a FILE or -e TEXT, not both")
+        try:
+            catalog = open_catalog(warehouse)
+            for spec in udf or []:
+                name, fn, return_type = load_udf(spec)
+                catalog.register_udf(name, fn, return_type)
+            if execute is not None:
+                text = execute
+            elif file is not None and str(file) != "-":
+                try:
+                    text = file.read_text()
+                except OSError as exc:
+                    raise InvalidInputError(f"cannot read {file}: {exc.strerror}") from exc
+            elif file is None and sys.stdin.isatty():
+                failures = repl(catalog, input, as_json=as_json, limit=limit)
+                raise typer.Exit(1 if failures else 0)
+            else:
+                text = sys.stdin.read()
+            run_text(catalog, text, as_json=as_json, limit=limit)
+        except VolumeStreamError as exc:
+            _report(exc)
+            raise typer.Exit(1) from None

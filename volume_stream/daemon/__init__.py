@@ -1,0 +1,13 @@
+"""The long-running daemon (DESIGN §6, §9): `Daemon` runs every configured volume's
+receive → commit → ack loop, scheduled refreshes, pipelines, metrics and probes.
+
+    daemon           Daemon: start, stop, signals, readiness
+    volume_runner    VolumeRunner: one volume's loop (batching, backoff, bisect, dead letters)
+    pipeline_runner  PipelineRunner: a pipeline job as a child process on an interval
+    metrics          DaemonMetrics (Prometheus), MetricsServer (/metrics, /healthz, /readyz)
+    logs             configure_logging (text or JSON lines, secrets redacted)
+"""
+
+from volume_stream.daemon.daemon import Daemon
+
+__all__ = ["Daemon"]

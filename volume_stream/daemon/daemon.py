@@ -1,0 +1,282 @@
+"""The long-running daemon: every configured volume's listener, scheduled refreshes, pipelines,
+metrics and probes, in one process (DESIGN §1, §6).
+
+    volume-stream daemon --config volume-stream.toml [--log-json]
+
+or from Python:
+
+    from volume_stream.config.daemon import DaemonConfig
+    from volume_stream.daemon import Daemon
+
+    with Daemon(DaemonConfig.load("volume-stream.toml")) as daemon:   # starts, then stops
+        ...
+
+The daemon does not care about backends: each volume runs through `Catalog.watcher(volume)`,
+a `VolumeWatcher` with the listener its backend registers (local inotify, SQS, MNS), in a
+`VolumeRunner` thread (see `volume_stream.daemon.volume_runner`). SIGTERM or SIGINT make every loop
+finish (commit and acknowledge) the batch it holds, close its listener and return; a second
+signal exits at once, which is as safe as a crash. Two daemons on one volume are safe: each
+commit lands at exactly the next version or is re-planned against the winner's, and events
+the table already holds change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from volume_stream.catalog import Catalog, connect
+from volume_stream.config.daemon import DaemonConfig, VolumeConfig
+from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
+from volume_stream.daemon.pipeline_runner import PipelineRunner
+from volume_stream.daemon.volume_runner import VolumeRunner
+from volume_stream.errors import AlreadyExistsError, ConfigError, InvalidInputError
+from volume_stream.volumes import normalize_location
+from volume_stream.volumes.watcher import VolumeWatcher
+
+__all__ = ["Daemon"]
+
+log = logging.getLogger("volume_stream.daemon")
+
+
+class Daemon:
+    """Runs the listeners, refreshes and pipelines a `DaemonConfig` describes.
+
+    Args:
+        config: The configuration.
+        catalog: The catalog to use (default: `connect(config.warehouse)`).
+        metrics: Where to count (default: a fresh registry).
+        open_watcher: Builds a running `VolumeWatcher` for a volume (default:
+            `catalog.watcher`); tests hand in watchers over their own listeners.
+
+    Example:
+        >>> daemon = Daemon(DaemonConfig.load("volume-stream.toml"))
+        >>> daemon.run()          # blocks until SIGTERM/SIGINT; returns the exit code
+        0
+    """
+
+    def __init__(self, config: DaemonConfig, *, catalog: Catalog | None = None,
+                 metrics: DaemonMetrics | None = None,
+                 open_watcher: Callable[[str], VolumeWatcher] | None = None) -> None:
+        self.config = config
+        self.catalog = catalog or connect(config.warehouse)
+        self.metrics = metrics or DaemonMetrics()
+        self._open_watcher = open_watcher or self.catalog.watcher
+        self._stop = threading.Event()
+        self.runners: dict[str, VolumeRunner] = {}
+        self.pipelines: dict[str, PipelineRunner] = {}
+        self.server: MetricsServer | None = None
+        self._stats_thread: threading.Thread | None = None
+        self._started = False
+        self._signals = 0
+
+    def __repr__(self) -> str:
+        return f"Daemon({self.catalog!r}, volumes={sorted(self.config.volumes)})"
+
+    # ------------------------------------------------------------------ set-up
+    def prepare(self) -> None:
+        """Create missing volumes and streams; check existing ones match the configuration.
+
+        Raises:
+            ConfigError: a volume is missing and has no location, or exists elsewhere; a
+                stream exists on another volume.
+        """
+        for name, vcfg in self.config.volumes.items():
+            if vcfg.enabled:
+                self._ensure_volume(name, vcfg)
+                for stream, scfg in vcfg.streams.items():
+                    self._ensure_stream(stream, name, scfg.mode, scfg.show_initial_rows)
+
+    def _ensure_volume(self, name: str, cfg: VolumeConfig) -> None:
+        existing = {v["name"]: v for v in self.catalog.list_volumes()}
+        where = f"[volumes.{name}]"
+        wanted = None
+        if cfg.location is not None:
+            try:
+                wanted = normalize_location(cfg.location)
+            except InvalidInputError as exc:
+                raise ConfigError(f"{where} location: {exc}") from exc
+        if name not in existing:
+            if wanted is None:
+                raise ConfigError(
+                    f"{where}: volume {name!r} is not in the warehouse {self.catalog.warehouse.root}"
+                    f" (it has: {', '.join(sorted(existing)) or 'none'}) and no 'location' is "
+                    f"given to create it")
+            options: dict[str, Any] = {"data_retention_days": cfg.data_retention_days,
+                                       **cfg.options}
+            if cfg.include:
+                options["include"] = list(cfg.include)
+            if cfg.exclude:
+                options["exclude"] = list(cfg.exclude)
+            try:
+                self.catalog.create_volume(name, wanted, recursive=cfg.recursive,
+                                           notification=cfg.notification_object(), **options)
+                return
+            except AlreadyExistsError:  # another daemon created it meanwhile
+                existing = {v["name"]: v for v in self.catalog.list_volumes()}
+        stored = existing[name]
+        if wanted is not None and stored["location"] != wanted:
+            raise ConfigError(f"{where}: volume {name!r} exists at {stored['location']}, but the "
+                              f"configuration says {wanted}; fix the location or drop the volume")
+        if cfg.notification is not None:
+            stored_type = stored.get("notification") or "LOCAL"
+            if stored_type != cfg.notification.get("type"):
+                log.warning("%s: the configured notification %s differs from the warehouse's %s; "
+                            "the warehouse's is used (recreate the volume to change it)",
+                            where, cfg.notification.get("type"), stored_type)
+
+    def _ensure_stream(self, stream: str, volume: str, mode: str, initial: bool) -> None:
+        found = {s["name"]: s for s in self.catalog.list_streams()}
+        if stream not in found:
+            try:
+                self.catalog.create_stream(stream, volume, mode=mode, show_initial_rows=initial)
+                log.info("created stream %s on %s (%s)", stream, volume, mode,
+                         extra={"volume": volume, "stream": stream})
+                return
+            except AlreadyExistsError:
+                found = {s["name"]: s for s in self.catalog.list_streams()}
+        if found[stream].get("volume") != volume:
+            raise ConfigError(f"[volumes.{volume}.streams] {stream}: stream {stream!r} exists on "
+                              f"volume {found[stream].get('volume')!r}, not {volume!r}")
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Daemon:
+        """Prepare, then start the metrics endpoint, the volume loops and the pipelines."""
+        if self._started:
+            raise RuntimeError(f"{self!r} was already started")
+        self._started = True
+        self.prepare()
+        cfg = self.config
+        if cfg.metrics.enabled:
+            self.server = MetricsServer(self.metrics, health=self.health, ready=self.readiness,
+                                        host=cfg.metrics.host, port=cfg.metrics.port).start()
+        for name, vcfg in cfg.volumes.items():
+            if vcfg.enabled:
+                runner = VolumeRunner(name, vcfg, self._open_watcher, self.metrics, cfg.daemon,
+                                      cfg.dead_letter_dir, self._stop)
+                self.runners[name] = runner
+                runner.start()
+        for name, pcfg in cfg.pipelines.items():
+            if pcfg.enabled:
+                pipeline = PipelineRunner(name, pcfg, cfg.warehouse, self.metrics, self._stop,
+                                          spark_master=cfg.spark_master)
+                self.pipelines[name] = pipeline
+                pipeline.start()
+        self._stats_thread = threading.Thread(target=self._stats_loop, daemon=True,
+                                              name="volume-stream-daemon-stats")
+        self._stats_thread.start()
+        log.info("daemon started: volumes %s, pipelines %s, warehouse %s",
+                 sorted(self.runners), sorted(self.pipelines), cfg.warehouse,
+                 extra={"pid": os.getpid()})
+        return self
+
+    def stop(self) -> None:
+        """Ask every loop to finish its batch and return (does not wait; see `join`)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for every loop (at most `timeout` seconds in all); True if all ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        threads: list[Any] = [*self.runners.values(), *self.pipelines.values()]
+        done = True
+        for runner in threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done &= runner.join(left)
+        if self._stats_thread is not None:
+            self._stats_thread.join(5)
+        if self.server is not None:
+            self.server.stop()
+        if not done:
+            stuck = [t.name for t in threads if t.alive]
+            log.error("daemon: %s did not stop within %.0fs", stuck, timeout or 0)
+        return done
+
+    def __enter__(self) -> Daemon:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.join(self.config.daemon.shutdown_timeout_s)
+
+    def run(self) -> int:
+        """Start, serve until SIGTERM/SIGINT, stop cleanly. Returns the process exit code:
+        0 after a clean stop, 1 if some loop did not stop within `shutdown_timeout_s`."""
+        previous = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not self._stop.wait(1.0):
+                pass
+            log.info("daemon stopping: finishing the batches in hand")
+            ok = self.join(self.config.daemon.shutdown_timeout_s)
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("daemon stopped", extra={"clean": ok})
+        return 0 if ok else 1
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal %s: exiting now (uncommitted events come back from the "
+                        "queue or the next start's refresh)", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        self._stop.set()
+
+    # ------------------------------------------------------------------ probes
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Liveness: every loop thread is alive and beating."""
+        volumes = {n: r.healthy() for n, r in self.runners.items()}
+        pipelines = {n: p.alive or self.stopping for n, p in self.pipelines.items()}
+        ok = all(volumes.values()) and all(pipelines.values())
+        return ok, {"volumes": volumes, "pipelines": pipelines}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Readiness: every volume is listening, its start refresh is done, it is not failing."""
+        volumes = {n: r.status() for n, r in self.runners.items()}
+        ok = not self.stopping and all(s["ready"] for s in volumes.values())
+        return ok, {"volumes": volumes,
+                    "pipelines": {n: p.status() for n, p in self.pipelines.items()}}
+
+    # ------------------------------------------------------------------ stats
+    def _stats_loop(self) -> None:
+        while True:
+            try:
+                self.update_stats()
+            except Exception as exc:
+                log.warning("daemon: updating statistics failed: %s", exc)
+            if self._stop.wait(self.config.daemon.stats_interval_s):
+                return
+
+    def update_stats(self) -> None:
+        """Refresh the gauges that need a look at the tables: versions, files, pending changes.
+
+        Reading a stream's pending changes costs O(changes), never O(files).
+        """
+        m = self.metrics
+        for name in self.runners:
+            table = self.catalog.directory_table(name)
+            m.directory_version.labels(name).set(table.version())
+            m.directory_files.labels(name).set(table.file_count())
+        for stream in self.catalog.list_streams():
+            if stream.get("volume") not in self.runners:
+                continue
+            try:
+                info = self.catalog.describe_stream(stream["name"])
+            except Exception as exc:  # dropped meanwhile, or its volume was replaced
+                log.debug("stream %s: %s", stream["name"], exc)
+                m.forget_stream(stream["name"], stream["volume"])
+                continue
+            pending = -1 if info["stale"] else info["pending_changes"]
+            m.stream_pending.labels(stream["name"], stream["volume"]).set(pending)

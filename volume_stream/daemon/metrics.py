@@ -1,0 +1,241 @@
+"""What the daemon reports: Prometheus metrics and an HTTP endpoint for them and for probes.
+
+`DaemonMetrics` holds the daemon's metrics in its own `CollectorRegistry` (so two daemons in one
+process, or a test, never share counters). `MetricsServer` serves, on one port:
+
+    GET /metrics   Prometheus text format
+    GET /healthz   liveness: 200 while every loop is alive and beating, else 503
+    GET /readyz    readiness: 200 once every volume is listening and caught up, else 503
+
+Probe bodies are JSON (`{"ok": true, "volumes": {...}}`) so a person can read them too. No
+label or value ever holds a credential: labels are volume, stream and pipeline names only.
+
+    metrics = DaemonMetrics()
+    server = MetricsServer(metrics, health=lambda: (True, {}), ready=lambda: (True, {}))
+    server.start()          # server.port is the bound port (port=0 picks a free one)
+    ...
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = ["DaemonMetrics", "MetricsServer", "Probe"]
+
+log = logging.getLogger("volume_stream.metrics")
+
+#: A probe returns (ok, details); details are served as JSON.
+Probe = Callable[[], tuple[bool, dict[str, Any]]]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_SLOW_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+class DaemonMetrics:
+    """The daemon's Prometheus metrics, in a registry of their own.
+
+    Example:
+        >>> m = DaemonMetrics()
+        >>> m.events_received.labels(volume="landing").inc(3)
+        >>> b"volume_stream_events_received_total" in m.render()
+        True
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r, v = self.registry, ["volume"]
+        self.events_received = Counter(
+            "volume_stream_events_received", "File events received from the listener.", v,
+            registry=r)
+        self.events_applied = Counter(
+            "volume_stream_events_applied",
+            "Rows changed in the directory table (inserts, updates, deletes).", v, registry=r)
+        self.events_ignored = Counter(
+            "volume_stream_events_ignored",
+            "Events that changed nothing: duplicates, older than the table, unchanged images, "
+            "messages for other buckets or prefixes.", v, registry=r)
+        self.events_filtered = Counter(
+            "volume_stream_events_filtered",
+            "Events dropped by the volume's recursion and include/exclude filters.", v,
+            registry=r)
+        self.messages_malformed = Counter(
+            "volume_stream_messages_malformed",
+            "Messages that could not be parsed (left to the queue's dead-letter policy).", v,
+            registry=r)
+        self.events_poison = Counter(
+            "volume_stream_events_poison",
+            "Events that kept failing on their own and were written to the dead-letter file.",
+            v, registry=r)
+        self.commits = Counter(
+            "volume_stream_commits", "Directory-table versions committed by the listener loop.",
+            v, registry=r)
+        self.commit_seconds = Histogram(
+            "volume_stream_commit_seconds",
+            "Time to plan and commit one batch of events (conflict retries included).", v,
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch_events = Histogram(
+            "volume_stream_batch_events", "Events per committed batch.", v,
+            buckets=(1, 2, 5, 10, 50, 100, 500, 1000, 5000), registry=r)
+        self.errors = Counter(
+            "volume_stream_errors", "Failures per stage (receive, apply, ack, refresh, open).",
+            ["volume", "stage"], registry=r)
+        self.refreshes = Counter(
+            "volume_stream_refreshes", "Full-listing refreshes, by reason (start, schedule, "
+            "listener).", ["volume", "reason"], registry=r)
+        self.refresh_seconds = Histogram(
+            "volume_stream_refresh_seconds", "Duration of a full-listing refresh.", v,
+            buckets=_SLOW_BUCKETS, registry=r)
+        self.queue_backlog = Gauge(
+            "volume_stream_queue_backlog",
+            "Events or messages waiting in the listener or its queue (as the listener reports).",
+            v, registry=r)
+        self.directory_version = Gauge(
+            "volume_stream_directory_version", "Latest version of the directory table.", v,
+            registry=r)
+        self.directory_files = Gauge(
+            "volume_stream_directory_files", "Files in the latest version of the directory table.",
+            v, registry=r)
+        self.last_commit = Gauge(
+            "volume_stream_last_commit_timestamp_seconds",
+            "Unix time of the listener loop's last commit.", v, registry=r)
+        self.volume_ready = Gauge(
+            "volume_stream_volume_ready", "1 when the volume's listener is up and caught up.", v,
+            registry=r)
+        self.stream_pending = Gauge(
+            "volume_stream_stream_pending_changes",
+            "Change records a stream would return now (-1 for a stale stream).",
+            ["stream", "volume"], registry=r)
+        self.pipeline_runs = Counter(
+            "volume_stream_pipeline_runs", "Pipeline runs by outcome (ok, failed, timeout).",
+            ["pipeline", "outcome"], registry=r)
+        self.pipeline_seconds = Gauge(
+            "volume_stream_pipeline_last_run_seconds", "Duration of the pipeline's last run.",
+            ["pipeline"], registry=r)
+
+    def forget_stream(self, stream: str, volume: str) -> None:
+        """Drop a stream's series (it was dropped from the catalog)."""
+        try:
+            self.stream_pending.remove(stream, volume)
+        except KeyError:
+            pass
+
+    def render(self) -> bytes:
+        """The metrics in Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+def _ok(_: Any = None) -> tuple[bool, dict[str, Any]]:
+    return True, {}
+
+
+class MetricsServer:
+    """Serve `/metrics`, `/healthz` and `/readyz` on a background thread.
+
+    Args:
+        metrics: What `/metrics` renders.
+        health: Liveness probe; `/healthz` answers 200 when it returns ok, else 503.
+        ready: Readiness probe, likewise for `/readyz`.
+        host: Interface to bind (`0.0.0.0` in a container).
+        port: Port to bind; 0 picks a free one (see `.port` after `start`).
+
+    Example:
+        >>> server = MetricsServer(DaemonMetrics(), port=0)
+        >>> server.start(); server.port > 0
+        True
+        >>> server.stop()
+    """
+
+    def __init__(self, metrics: DaemonMetrics, *, health: Probe = _ok, ready: Probe = _ok,
+                 host: str = "127.0.0.1", port: int = 9108) -> None:
+        self.metrics = metrics
+        self.health = health
+        self.ready = ready
+        self.host = host
+        self._port = port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1] if self._server else self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host if self.host not in ('0.0.0.0', '::') else '127.0.0.1'}:" \
+               f"{self.port}"
+
+    def start(self) -> MetricsServer:
+        """Bind and serve; raises OSError (e.g. the port is taken) before returning."""
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                owner._handle(self)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                log.debug("metrics endpoint: " + format, *args)
+
+        server = ThreadingHTTPServer((self.host, self._port), Handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="volume-stream-metrics-http", daemon=True)
+        self._thread.start()
+        log.info("metrics, /healthz and /readyz on %s", self.url, extra={"port": self.port})
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port; idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _handle(self, request: BaseHTTPRequestHandler) -> None:
+        path = request.path.split("?", 1)[0]
+        try:
+            if path == "/metrics":
+                self._send(request, 200, self.metrics.render(), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok, details = (self.health if path == "/healthz" else self.ready)()
+                body = json.dumps({"ok": ok, **details}, default=str).encode()
+                self._send(request, 200 if ok else 503, body, "application/json")
+            else:
+                self._send(request, 404, b'{"error": "not found; try /metrics, /healthz, '
+                                         b'/readyz"}', "application/json")
+        except Exception as exc:  # a probe that fails is an unhealthy probe, not a crash
+            log.exception("metrics endpoint %s failed", path)
+            body = json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode()
+            self._send(request, 503, body, "application/json")
+
+    @staticmethod
+    def _send(request: BaseHTTPRequestHandler, status: int, body: bytes, ctype: str) -> None:
+        request.send_response(status)
+        request.send_header("Content-Type", ctype)
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)

@@ -1,0 +1,140 @@
+"""The SQL front door (DESIGN §8): the seed's DDL for connections, volumes and streams, and Spark
+SQL over streams, through `Catalog.sql(text)` and `volume-stream sql`.
+
+A script is split on ';' (strings and `--` / `/* */` comments respected) and its statements
+run in order; the first failure stops it, naming the line and column. DDL (`CREATE STORAGE
+CONNECTION`, `CREATE EXTERNAL VOLUME`, `CREATE STREAM ... ON VOLUME`, `ALTER VOLUME ...
+REFRESH`, `DROP`, `SHOW`, `DESCRIBE`) runs against the catalog without starting Spark. Every
+other statement runs in Spark SQL with each stream it names visible as its pending changes,
+pinned at the statement's start: a SELECT never moves an offset; INSERT INTO / INSERT OVERWRITE /
+CREATE TABLE ... AS SELECT (and MERGE / UPDATE / DELETE) move the offsets of the streams they
+read to the pinned version when they succeed, and not when they fail. Unqualified tables are
+Delta tables in the warehouse (`sql.tables`: CREATE / DROP / SHOW / DESCRIBE TABLE, INSERT,
+UPDATE, DELETE, MERGE committed by delta-rs), and `CREATE TABLE STREAM s ON TABLE t` streams them.
+
+    cat.register_udf("fc_image_to_text", recognise, "string")
+    cat.sql(open("examples/image_recognition.sql").read())
+    cat.sql("SELECT * FROM str_dish_images").df.show()     # offsets unchanged
+
+Errors: `SqlSyntaxError` (an `InvalidInputError`) for text that does not parse, with `line`,
+`column`, `expected` and `found`; `NotFoundError` names unknown volumes, streams, connections,
+tables and functions with what exists; other failures of a statement are `SqlError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError
+from volume_stream.sql import ddl, ddl_exec, tables
+from volume_stream.sql.lexer import Statement, split
+from volume_stream.sql.result import SqlResult
+from volume_stream.sql.udfs import UDFS as _UDFS
+from volume_stream.sql.udfs import registered_udfs
+
+#: the Catalog (volume_stream.catalog) this runs against; only its public methods are used
+Catalog = Any
+
+__all__ = [
+    "SqlError",
+    "SqlResult",
+    "SqlSyntaxError",
+    "register_udf",
+    "registered_udfs",
+    "run_script",
+    "run_sql",
+    "run_statement",
+    "statements",
+]
+
+_UDF_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def statements(text: str) -> list[Statement]:
+    """The statements of a script, each with its line and column (nothing is run).
+
+    Example:
+        >>> [s.line for s in statements("SHOW VOLUMES;\\nSHOW STREAMS")]
+        [1, 2]
+    """
+    if not isinstance(text, str):
+        raise InvalidInputError(f"SQL text must be a string, not {type(text).__name__}")
+    return split(text)
+
+
+def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
+    """Run one statement (DDL against the catalog, anything else in Spark SQL).
+
+    Example:
+        >>> (first,) = statements("SHOW STREAMS")
+        >>> run_statement(cat, first).rows
+        []
+    """
+    parsed = ddl.parse(statement)
+    if parsed is not None:
+        return ddl_exec.execute(catalog, parsed, statement)
+    return tables.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
+
+
+def run_script(catalog: Catalog, text: str) -> Iterator[SqlResult]:
+    """Run a script statement by statement, yielding each result as it completes.
+
+    The whole script is split (and so checked for unterminated strings and comments) before
+    anything runs; then each statement runs when the iterator reaches it, and the first one that
+    fails raises, leaving the later ones unrun.
+
+    Example:
+        >>> for result in run_script(cat, "SHOW VOLUMES; SHOW STREAMS"):
+        ...     print(result.message)
+    """
+    for statement in statements(text):
+        yield run_statement(catalog, statement)
+
+
+def run_sql(catalog: Catalog, text: str) -> SqlResult:
+    """Run every statement of `text`; return the last statement's result.
+
+    Example:
+        >>> cat.sql("CREATE EXTERNAL VOLUME v LOCATION '/data/in'; ALTER VOLUME v REFRESH").message
+        'refreshed v: listed 3, +3 ~0 -0 (version 1)'
+    """
+    results = list(run_script(catalog, text))
+    if not results:
+        raise InvalidInputError("no SQL statement in the text (only blanks or comments)")
+    return results[-1]
+
+
+def register_udf(catalog: Catalog, name: str, fn: Callable[..., Any] | Any,
+                 return_type: Any = "string") -> None:
+    """Make a Python function callable from `catalog.sql(...)` as `name(...)`.
+
+    `return_type` is a Spark type (a DDL string such as "string", "double",
+    "struct<label:string,score:double>", or a `DataType`). A call written with a schema, e.g.
+    the seed's `public.fc_image_to_text(...)`, reaches the same function. The function runs on
+    Spark executors, so it must be picklable and must not use the driver's objects.
+
+    Example:
+        >>> cat.register_udf("fc_image_to_text", lambda task, url: "noodles", "string")
+        >>> cat.sql("SELECT fc_image_to_text('dish', 'file:///a.jpg') AS r").rows
+        [{'r': 'noodles'}]
+    """
+    if not isinstance(name, str) or not _UDF_NAME.match(name):
+        raise InvalidInputError(f"invalid function name {name!r}: use letters, digits and '_', "
+                                f"starting with a letter or '_'")
+    if not callable(fn):
+        raise InvalidInputError(f"register_udf({name!r}, ...) needs a function, not "
+                                f"{type(fn).__name__}")
+    spark = catalog.spark
+    from pyspark.errors import PySparkException
+
+    try:
+        if hasattr(fn, "evalType") and hasattr(fn, "returnType"):  # already a Spark UDF
+            spark.udf.register(name, fn)
+        else:
+            spark.udf.register(name, fn, return_type)
+    except PySparkException as exc:
+        raise InvalidInputError(f"cannot register {name!r} with return type {return_type!r}: "
+                                f"{str(exc).strip().splitlines()[0]}") from exc
+    _UDFS.setdefault(spark, {})[name.lower()] = name

@@ -1,0 +1,16 @@
+"""The Python UDFs registered for SQL, per SparkSession (UDFs are session-wide)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+__all__ = ["UDFS", "registered_udfs"]
+
+#: Python UDFs registered through `sql.register_udf`: {session: {lower-case name: name}}
+UDFS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def registered_udfs(spark: Any) -> list[str]:
+    """Names of the Python UDFs registered through `register_udf` in this session."""
+    return sorted(UDFS.get(spark, {}).values())

@@ -1,0 +1,174 @@
+"""The streams of one warehouse: create, drop, list, describe, read, and move offsets (DESIGN §5).
+
+A stream is an offset (a version of its volume's directory table) plus a mode; its pending
+records are the changes in (offset, latest]. Offsets move only by compare-and-swap on the
+warehouse catalog (`commit_offset`), so two racing consumers cannot both move one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from volume_stream.errors import (
+    AlreadyExistsError,
+    ConsumeConflictError,
+    InvalidInputError,
+    NotFoundError,
+    StaleStreamError,
+    converted,
+)
+from volume_stream.streams import changes as ch
+from volume_stream.streams import tables as tstreams
+from volume_stream.streams.reader import VersionReader
+from volume_stream.tables import TableStore
+from volume_stream.volumes.registry import VolumeRegistry
+from volume_stream.volumes.spec import VolumeSpec
+from volume_stream.warehouse import STREAM, VOLUME, CatalogState, check_name, entry, now
+
+__all__ = ["StreamRegistry"]
+
+
+class StreamRegistry:
+    """The streams over the volumes of `volumes`."""
+
+    def __init__(self, volumes: VolumeRegistry):
+        self.volumes = volumes
+        self.warehouse = volumes.warehouse
+        self.tables = TableStore(self.warehouse.root / "tables")
+
+    def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
+               mode: str = "STANDARD", show_initial_rows: bool = False,
+               at_timestamp: datetime | str | None = None,
+               replace: bool = False) -> dict[str, Any]:
+        check_name(STREAM, name)
+        tstreams.check_target(on_volume, on_table)
+        if on_table is not None:
+            return tstreams.create(self.warehouse, self.tables, name, on_table, mode=mode,
+                                   show_initial_rows=show_initial_rows,
+                                   at_timestamp=at_timestamp, replace=replace)
+        mode = str(mode).upper()
+        if mode not in ch.MODES:
+            raise InvalidInputError(f"invalid mode {mode!r}; valid modes: {', '.join(ch.MODES)}")
+        volume = self.volumes.spec(on_volume)
+        with converted(f"volume {on_volume!r}"):
+            offset = self._start(self.volumes.table(volume), on_volume, at_timestamp)
+        spec = {"name": name, "volume": on_volume, "volume_id": volume.id, "mode": mode,
+                "show_initial_rows": bool(show_initial_rows),
+                "initial_pending": bool(show_initial_rows), "offset": offset, "batch_id": 0,
+                "created_at": now(),
+                "at_timestamp": str(at_timestamp) if at_timestamp is not None else None}
+
+        def register(state: CatalogState) -> None:
+            entry(state, VOLUME, on_volume)
+            if (STREAM, name) in state and not replace:
+                raise AlreadyExistsError(STREAM, name)
+            state[(STREAM, name)] = spec
+
+        self.warehouse.mutate(register)
+        return dict(spec)
+
+    @staticmethod
+    def _start(table: Any, on_volume: str, at_timestamp: datetime | str | None) -> int:
+        if at_timestamp is None:
+            return table.version()
+        when = (datetime.fromisoformat(at_timestamp) if isinstance(at_timestamp, str)
+                else at_timestamp)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        offset = table.version_at(when)
+        if offset is None:
+            raise InvalidInputError(
+                f"at_timestamp {when.isoformat()} is before volume {on_volume!r} existed")
+        if offset < table.oldest_version():
+            raise InvalidInputError(f"at_timestamp {when.isoformat()} is older than the "
+                                    f"oldest kept version {table.oldest_version()}")
+        return offset
+
+    def drop(self, name: str, *, if_exists: bool = False) -> bool:
+        def drop(state: CatalogState) -> bool:
+            if (STREAM, name) not in state:
+                if if_exists:
+                    return False
+                entry(state, STREAM, name)
+            del state[(STREAM, name)]
+            return True
+
+        return self.warehouse.mutate(drop)
+
+    def list(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in spec.items() if k not in ("volume_id", "table_id")}
+                for (kind, _), spec in sorted(self.warehouse.read().items()) if kind == STREAM]
+
+    def spec(self, name: str) -> tuple[dict[str, Any], VolumeSpec]:
+        """The stream's stored spec and its volume's (NotFoundError if either is gone)."""
+        state = self.warehouse.read()
+        spec = entry(state, STREAM, name)
+        if tstreams.is_table_stream(spec):
+            raise InvalidInputError(f"stream {name!r} is on table {spec['table']!r}, not on a "
+                                    f"volume (file pipelines read volume streams)")
+        volume = state.get((VOLUME, spec["volume"]))
+        if volume is None or volume["id"] != spec["volume_id"]:
+            raise NotFoundError(
+                VOLUME, f"{spec['volume']} (the volume of stream {name!r} was dropped or "
+                        f"replaced; recreate the stream)",
+                [n for k, n in state if k == VOLUME])
+        return spec, VolumeSpec.from_dict(volume)
+
+    def latest_version(self, volume: VolumeSpec) -> int:
+        """The latest version of the volume's directory table."""
+        with converted(f"volume {volume.name!r}"):
+            return self.volumes.table(volume).version()
+
+    def pending(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
+        """(records, spec, a, b): the stream's records in (offset a, latest version b]."""
+        stored = entry(self.warehouse.read(), STREAM, name)
+        if tstreams.is_table_stream(stored):
+            return tstreams.pending(self.tables, stored)
+        spec, volume = self.spec(name)
+        a, b = spec["offset"], self.latest_version(volume)
+        return self.records_between(name, spec, volume, a, b), spec, a, b
+
+    def records_between(self, name: str, spec: dict[str, Any], volume: VolumeSpec, a: int,
+                        b: int) -> pa.Table:
+        """The change records stream `name` (with `spec`, on `volume`) shows for exactly (a, b].
+
+        Raises:
+            StaleStreamError: `a` is older than the oldest kept version.
+        """
+        with converted(f"stream {name!r}"):
+            reader = VersionReader(volume, self.volumes.table(volume))
+            if not reader.is_kept(a):
+                raise StaleStreamError(name, a, reader.oldest())
+            return reader.records(spec["mode"], a, b, initial_pending=spec["initial_pending"])
+
+    def commit_offset(self, name: str, volume_id: str, start: int, end: int,
+                      batch_id: int) -> None:
+        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap)."""
+
+        def advance(state: CatalogState) -> None:
+            spec = entry(state, STREAM, name)
+            if spec.get("volume_id", spec.get("table_id")) != volume_id \
+                    or spec["offset"] != start \
+                    or spec["batch_id"] != batch_id:
+                raise ConsumeConflictError(name, start, spec["offset"])
+            spec.update(offset=end, batch_id=batch_id + 1, initial_pending=False,
+                        consumed_at=now())
+
+        self.warehouse.mutate(advance)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        stored = entry(self.warehouse.read(), STREAM, name)
+        if tstreams.is_table_stream(stored):
+            return tstreams.describe(self.tables, stored)
+        spec, volume = self.spec(name)
+        with converted(f"stream {name!r}"):
+            table = self.volumes.table(volume)
+            info = {k: v for k, v in spec.items() if k != "volume_id"}
+            info["latest_version"] = table.version()
+            info["oldest_version"] = table.oldest_version()
+        info["stale"] = spec["offset"] < info["oldest_version"]
+        info["pending_changes"] = None if info["stale"] else self.pending(name)[0].num_rows
+        return info

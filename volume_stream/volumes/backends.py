@@ -1,0 +1,196 @@
+"""Backends: how to list, read and listen to the volumes of one URL scheme (DESIGN §2, §6).
+
+`file://` is served by the local connector, `s3://` by S3 + SQS and `oss://` by OSS + MNS. Each
+backend builds the connector's lister (for refresh), reader (for pipelines) and listener (for
+watch) from a volume's spec. Options that are not volume-stream's own (`OWN_OPTIONS`: endpoint,
+region, profile, credentials...) go to the connector.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from connectors.base import Listener, Lister, ObjectReader
+from volume_stream.errors import ConfigError, InvalidInputError
+from volume_stream.volumes.notifications import (
+    LocalNotification,
+    MnsNotification,
+    SqsNotification,
+)
+from volume_stream.volumes.spec import VolumeSpec
+
+__all__ = ["BACKENDS", "OWN_OPTIONS", "Backend", "backend_for", "normalize_location"]
+
+#: volume options volume-stream itself reads; everything else goes to the connector
+OWN_OPTIONS = frozenset({"include", "exclude", "data_retention_days", "spark_diff_threshold"})
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How to list, read and listen to volumes of one URL scheme."""
+
+    lister: Callable[[VolumeSpec], Lister]
+    reader: Callable[[VolumeSpec], ObjectReader]
+    listener: Callable[[VolumeSpec, Any], Listener]
+
+
+def _local_path(spec: VolumeSpec) -> str:
+    return unquote(urlparse(spec.location).path)
+
+
+def _local_lister(spec: VolumeSpec) -> Lister:
+    from connectors.local import LocalLister
+
+    return LocalLister(_local_path(spec), recursive=spec.recursive)
+
+
+def _local_reader(spec: VolumeSpec) -> ObjectReader:
+    from connectors.local import LocalReader
+
+    return LocalReader(_local_path(spec))
+
+
+def _local_listener(spec: VolumeSpec, notification: Any) -> Listener:
+    from connectors.local import LocalListener
+
+    note = notification or LocalNotification()
+    if not isinstance(note, LocalNotification):
+        raise ConfigError(f"volume {spec.name!r} is local; its notification must be LOCAL, "
+                          f"not {getattr(note, 'type', note)!r}")
+    return LocalListener(_local_path(spec), recursive=spec.recursive, debounce_s=note.debounce_s,
+                         polling=note.polling or None, poll_interval_s=note.poll_interval_s)
+
+
+
+
+def register_backend(scheme: str, backend: Backend) -> None:
+    BACKENDS[scheme] = backend
+
+
+def backend_for(spec: VolumeSpec) -> Backend:
+    try:
+        return BACKENDS[spec.scheme]
+    except KeyError:
+        raise ConfigError(f"volume {spec.name!r}: no backend for {spec.scheme}:// "
+                          f"(known: {sorted(BACKENDS)})") from None
+
+
+def _bucket_prefix(spec: VolumeSpec) -> tuple[str, str]:
+    url = urlparse(spec.location)
+    return url.netloc, url.path.lstrip("/")
+
+
+def _connector_options(spec: VolumeSpec) -> dict[str, Any]:
+    return {k: v for k, v in spec.options.items() if k not in OWN_OPTIONS}
+
+
+def _expect(spec: VolumeSpec, notification: Any, cls: type) -> Any:
+    if notification is None:
+        raise ConfigError(f"volume {spec.name!r} has no notification queue to watch; pass "
+                          f"notification={cls.__name__}(...) to create_volume, or use refresh")
+    if not isinstance(notification, cls):
+        raise ConfigError(f"volume {spec.name!r} is on {spec.scheme}://; its notification must "
+                          f"be {cls.type}, not {getattr(notification, 'type', notification)!r}")
+    return notification
+
+
+# ---------------------------------------------------------------------------- S3 + SQS
+def _s3_lister(spec: VolumeSpec) -> Lister:
+    from connectors.s3 import S3Lister
+
+    bucket, prefix = _bucket_prefix(spec)
+    return S3Lister(bucket, prefix, recursive=spec.recursive, **_connector_options(spec))
+
+
+def _s3_reader(spec: VolumeSpec) -> ObjectReader:
+    from connectors.s3 import S3Reader
+
+    bucket, prefix = _bucket_prefix(spec)
+    return S3Reader(bucket, prefix, **_connector_options(spec))
+
+
+def _sqs_listener(spec: VolumeSpec, notification: Any) -> Listener:
+    from connectors.sqs import SqsListener
+
+    note = _expect(spec, notification, SqsNotification)
+    bucket, prefix = _bucket_prefix(spec)
+    options = {**_connector_options(spec), **note.options}
+    return SqsListener(note.queue_url, bucket=bucket, prefix=prefix, recursive=spec.recursive,
+                       **options)
+
+
+# ---------------------------------------------------------------------------- OSS + MNS
+_OSS_ACCESS = ("access_key_id", "access_key_secret", "security_token")
+
+
+def _oss_options(spec: VolumeSpec) -> dict[str, Any]:
+    options = _connector_options(spec)
+    if "endpoint" not in options:
+        raise ConfigError(f"volume {spec.name!r} on oss:// needs the OSS endpoint option, e.g. "
+                          f"endpoint='https://oss-cn-hangzhou.aliyuncs.com'")
+    return options
+
+
+def _oss_lister(spec: VolumeSpec) -> Lister:
+    from connectors.oss import OssLister
+
+    bucket, prefix = _bucket_prefix(spec)
+    return OssLister(bucket, prefix, recursive=spec.recursive, **_oss_options(spec))
+
+
+def _oss_reader(spec: VolumeSpec) -> ObjectReader:
+    from connectors.oss import OssReader
+
+    bucket, prefix = _bucket_prefix(spec)
+    return OssReader(bucket, prefix, **_oss_options(spec))
+
+
+def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
+    from connectors.mns import MnsListener
+
+    note = _expect(spec, notification, MnsNotification)
+    bucket, prefix = _bucket_prefix(spec)
+    # the volume's credentials serve the queue too, unless the notification has its own
+    creds = {k: v for k, v in spec.options.items() if k in _OSS_ACCESS}
+    return MnsListener(note.endpoint, note.queue_name, bucket=bucket, prefix=prefix,
+                       recursive=spec.recursive, **{**creds, **note.options})
+
+
+BACKENDS: dict[str, Backend] = {
+    "file": Backend(_local_lister, _local_reader, _local_listener),
+    "s3": Backend(_s3_lister, _s3_reader, _sqs_listener),
+    "oss": Backend(_oss_lister, _oss_reader, _mns_listener),
+}
+
+
+def normalize_location(location: str | os.PathLike) -> str:
+    """A canonical URL with a trailing '/': 'file:///abs/dir/', 's3://b/p/', 'oss://b/p/'."""
+    text = os.fspath(location)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+        path = Path(unquote(parsed.path) if parsed.scheme == "file" else text).expanduser()
+        path = path.resolve()
+        if not path.exists():
+            raise InvalidInputError(f"location {text!r} does not exist")
+        if not path.is_dir():
+            raise InvalidInputError(f"location {text!r} is not a folder")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise InvalidInputError(f"location {text!r} is not readable")
+        return f"file://{path.as_posix().rstrip('/')}/"
+    if parsed.scheme in BACKENDS:
+        if not parsed.netloc:
+            raise InvalidInputError(f"location {text!r} has no bucket")
+        prefix = parsed.path.lstrip("/")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return f"{parsed.scheme}://{parsed.netloc}/{prefix}"
+    raise InvalidInputError(
+        f"location {text!r}: unsupported scheme {parsed.scheme!r}; supported: a local path, "
+        f"{', '.join(s + '://' for s in sorted(BACKENDS))}")
+
+

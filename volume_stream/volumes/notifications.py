@@ -1,0 +1,126 @@
+"""Notifications: where a volume's file events arrive (DESIGN §2, §6).
+
+`LocalNotification` watches a local folder; `SqsNotification` (S3 events on an SQS queue) and
+`MnsNotification` (OSS events on an MNS queue) name a queue plus connector options. Secrets given
+to them are used in this process only: `to_dict`, the persisted form, drops them.
+
+    cat.create_volume("raw", "s3://bucket/raw/",
+                      notification=SqsNotification("https://sqs.../raw-events"))
+    cat.create_volume("img", "oss://bucket/img/", endpoint="https://oss-cn-hangzhou.aliyuncs.com",
+                      notification=MnsNotification("https://123.mns.cn-hangzhou.aliyuncs.com",
+                                                   "img-events"))
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from connectors.secrets import is_secret
+from volume_stream.errors import ConfigError
+
+__all__ = ["LocalNotification", "MnsNotification", "SqsNotification", "notification_from_dict",
+           "notification_types"]
+
+
+@dataclass(frozen=True)
+class LocalNotification:
+    """Watch a local folder with inotify (watchdog); `polling=True` forces the stat-polling
+    fallback (network file systems, containers without inotify)."""
+
+    polling: bool = False
+    debounce_s: float = 0.2
+    poll_interval_s: float = 1.0
+    type: str = field(default="LOCAL", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Notification:
+    """A queue a volume's events arrive on: where, plus connector options."""
+
+    type = ""
+
+    def __init__(self, **options: Any):
+        self.options = dict(options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The persisted form: no secrets, no credential ids."""
+        kept = {k: v for k, v in self.options.items() if not is_secret(k)}
+        return {"type": self.type, **self._where(), **kept}
+
+    def _where(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict() \
+            and other.options == self.options
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if is_secret(k) else v) for k, v in self.options.items()}
+        return f"{type(self).__name__}({self._where()}, options={shown})"
+
+
+class SqsNotification(_Notification):
+    """S3 event notifications delivered to an SQS queue (raw, SNS- or EventBridge-wrapped).
+
+    Args:
+        queue_url: The queue's URL.
+        **options: `SqsListener` options (max_workers, wait_time_seconds, visibility_timeout)
+            and boto3 client options (endpoint_url, region_name, profile_name, credentials);
+            by default boto3's standard configuration chain.
+    """
+
+    type = "AWS_SQS"
+
+    def __init__(self, queue_url: str, **options: Any):
+        super().__init__(**options)
+        self.queue_url = queue_url
+
+    def _where(self) -> dict[str, Any]:
+        return {"queue_url": self.queue_url}
+
+
+class MnsNotification(_Notification):
+    """OSS event notifications delivered to an MNS queue.
+
+    Args:
+        endpoint: The MNS endpoint, e.g. "https://1234.mns.cn-hangzhou.aliyuncs.com".
+        queue_name: The queue.
+        **options: `MnsListener` options (wait_seconds, batch_size, max_workers) and
+            credentials (else ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET / _SECURITY_TOKEN).
+    """
+
+    type = "ALICLOUD_MNS"
+
+    def __init__(self, endpoint: str, queue_name: str, **options: Any):
+        super().__init__(**options)
+        self.endpoint, self.queue_name = endpoint, queue_name
+
+    def _where(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "queue_name": self.queue_name}
+
+
+NOTIFICATIONS: dict[str, type] = {
+    LocalNotification.type: LocalNotification,
+    SqsNotification.type: SqsNotification,
+    MnsNotification.type: MnsNotification,
+}
+
+
+def notification_types() -> dict[str, type]:
+    """Every notification type by name."""
+    return dict(NOTIFICATIONS)
+
+
+def notification_from_dict(data: dict[str, Any] | None):
+    """The notification a stored spec describes (None when it has none)."""
+    if not data:
+        return None
+    data = dict(data)
+    kind = data.pop("type")
+    cls = NOTIFICATIONS.get(kind)
+    if cls is None:
+        raise ConfigError(f"unknown notification type {kind!r}; known: {sorted(NOTIFICATIONS)}")
+    return cls(**data)

@@ -1,0 +1,216 @@
+"""The volumes of one warehouse: create, drop, list, describe, refresh, watch (DESIGN §2, §3).
+
+`VolumeRegistry` keeps the volumes' specs in the warehouse catalog and the options given to
+`create_volume` (secrets included) in this process only, for the volume's listeners and readers.
+Every error from the connectors or the directory table is converted here (`errors.converted`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from connectors.base import ObjectReader
+from directory_table import DirectoryTable
+from volume_stream.errors import (
+    AlreadyExistsError,
+    InvalidInputError,
+    converted,
+)
+from volume_stream.volumes.backends import backend_for, normalize_location
+from volume_stream.volumes.notifications import notification_from_dict
+from volume_stream.volumes.refresh import diff_listing, diff_listing_spark, read_listing
+from volume_stream.volumes.spec import VolumeSpec
+from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
+from volume_stream.warehouse import STREAM, VOLUME, CatalogState, Warehouse, check_name, entry, now
+
+__all__ = ["RefreshMetrics", "VolumeRegistry"]
+
+log = logging.getLogger("volume_stream.catalog")
+
+
+@dataclass(frozen=True)
+class RefreshMetrics:
+    """What one refresh found and committed."""
+
+    listed: int
+    inserted: int
+    updated: int
+    deleted: int
+    version: int | None
+    invalid_paths: int
+    seconds: float
+
+
+class VolumeRegistry:
+    """The volumes of `warehouse`. `spark` returns the session for large listing diffs."""
+
+    def __init__(self, warehouse: Warehouse, spark: Callable[[], Any]):
+        self.warehouse = warehouse
+        self._spark = spark
+        self._runtime_options: dict[str, dict[str, Any]] = {}
+        self._runtime_notifications: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ lookups
+    def spec(self, name: str, state: CatalogState | None = None) -> VolumeSpec:
+        """The stored spec of volume `name` (NotFoundError if there is none)."""
+        return VolumeSpec.from_dict(entry(state or self.warehouse.read(), VOLUME, name))
+
+    def table(self, spec: VolumeSpec) -> DirectoryTable:
+        """The directory table of the volume `spec` describes."""
+        return DirectoryTable(self.warehouse.volume_root(spec.name, spec.id), spec.location)
+
+    def with_options(self, spec: VolumeSpec) -> VolumeSpec:
+        """`spec` plus the options (secrets included) this process was given for it."""
+        extra = self._runtime_options.get(spec.name)
+        if not extra:
+            return spec
+        return VolumeSpec(**{**spec.__dict__, "options": {**spec.options, **extra}})
+
+    def object_reader(self, spec: VolumeSpec) -> ObjectReader:
+        """A (picklable) reader of the volume's files, with this process's options."""
+        with converted(f"volume {spec.name!r}"):
+            return backend_for(spec).reader(self.with_options(spec))
+
+    # ------------------------------------------------------------------ lifecycle
+    def create(self, name: str, location: str | os.PathLike, *, recursive: bool = True,
+               notification: Any = None, replace: bool = False, **options: Any) -> VolumeSpec:
+        check_name(VOLUME, name)
+        location = normalize_location(location)
+        days = options.get("data_retention_days", 7)
+        if not isinstance(days, int | float) or days < 0:
+            raise InvalidInputError(f"data_retention_days must be a number >= 0, not {days!r}")
+        spec = VolumeSpec(name=name, id=self.warehouse.new_id(), location=location,
+                          recursive=bool(recursive),
+                          notification=notification.to_dict() if notification else None,
+                          options=dict(options), created_at=now())
+        self._check_options(spec)  # fail now, not at the first refresh
+        table_root = self.warehouse.volume_root(spec.name, spec.id)
+        DirectoryTable.create(table_root, location, retention_days=spec.retention_days)
+
+        def register(state: CatalogState) -> VolumeSpec | None:
+            old = state.get((VOLUME, name))
+            if old is not None and not replace:
+                raise AlreadyExistsError(VOLUME, name)
+            state[(VOLUME, name)] = spec.to_dict()
+            return VolumeSpec.from_dict(old) if old else None
+
+        try:
+            replaced = self.warehouse.mutate(register)
+        except Exception:
+            shutil.rmtree(table_root, ignore_errors=True)
+            raise
+        if replaced is not None:
+            shutil.rmtree(self.warehouse.volume_root(replaced.name, replaced.id),
+                          ignore_errors=True)
+        log.info("created volume %s at %s", name, location)
+        self._runtime_options[name] = dict(options)
+        self._runtime_notifications[name] = notification
+        return spec
+
+    @staticmethod
+    def _check_options(spec: VolumeSpec) -> None:
+        # Building a lister validates the connector options; clients and credentials are lazy,
+        # so this makes no call and needs no secret.
+        try:
+            backend_for(spec).lister(spec)
+        except TypeError as exc:
+            raise InvalidInputError(f"volume {spec.name!r}: bad option: {exc}") from exc
+        except ValueError as exc:
+            raise InvalidInputError(f"volume {spec.name!r}: {exc}") from exc
+
+    def drop(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
+        def drop(state: CatalogState) -> VolumeSpec | None:
+            if (VOLUME, name) not in state:
+                if if_exists:
+                    return None
+                entry(state, VOLUME, name)
+            streams = sorted(n for (k, n), s in state.items()
+                             if k == STREAM and s.get("volume") == name)
+            if streams and not cascade:
+                raise InvalidInputError(f"volume {name!r} has streams {streams}; drop them "
+                                        f"first or pass cascade=True")
+            for s in streams:
+                del state[(STREAM, s)]
+            return VolumeSpec.from_dict(state.pop((VOLUME, name)))
+
+        spec = self.warehouse.mutate(drop)
+        if spec is None:
+            return False
+        shutil.rmtree(self.warehouse.volume_root(spec.name, spec.id), ignore_errors=True)
+        return True
+
+    def list(self) -> list[dict[str, Any]]:
+        out = []
+        for (kind, _), data in sorted(self.warehouse.read().items()):
+            if kind != VOLUME:
+                continue
+            spec = VolumeSpec.from_dict(data)
+            with converted(f"volume {spec.name!r}"):
+                table = self.table(spec)
+                out.append({"name": spec.name, "location": spec.location,
+                            "recursive": spec.recursive,
+                            "notification": (spec.notification or {}).get("type", "LOCAL")
+                            if spec.scheme == "file" else (spec.notification or {}).get("type"),
+                            "version": table.version(), "files": table.file_count()})
+        return out
+
+    def describe(self, name: str) -> dict[str, Any]:
+        spec = self.spec(name)
+        with converted(f"volume {name!r}"):
+            table = self.table(spec)
+            info = next(v for v in self.list() if v["name"] == name)
+            info.update(id=spec.id, options=spec.options, created_at=spec.created_at,
+                        table_path=table.path, oldest_version=table.oldest_version(),
+                        retention_days=spec.retention_days)
+        return info
+
+    # ------------------------------------------------------------------ refresh and watch
+    def refresh(self, volume: str) -> RefreshMetrics:
+        spec = self.spec(volume)
+        with converted(f"volume {volume!r}"):
+            return self._refresh(spec)
+
+    def _refresh(self, spec: VolumeSpec) -> RefreshMetrics:
+        table = self.table(spec)
+        started = datetime.now(UTC)
+        # The version is pinned before listing: whatever the table learns while we list is
+        # newer than the listing, and apply leaves it alone (ordered by version, not clock).
+        base = table.version()
+        lister = backend_for(spec).lister(self.with_options(spec))
+        listing = read_listing(lister.list(), spec.accepts())
+        stored = table.snapshot(base, columns=["relative_path", "size", "etag",
+                                               "last_modified_time", "_sequencer",
+                                               "_event_time"])
+        threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+        if listing.num_rows + stored.num_rows > threshold:
+            events, invalid = diff_listing_spark(self._spark(), listing, stored, started)
+        else:
+            events, invalid = diff_listing(listing, stored, started)
+        result = table.apply(events, listed_at_version=base)
+        seconds = (datetime.now(UTC) - started).total_seconds()
+        log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listing.num_rows,
+                 result.inserted, result.updated, result.deleted, seconds)
+        return RefreshMetrics(listed=listing.num_rows, inserted=result.inserted,
+                              updated=result.updated, deleted=result.deleted,
+                              version=result.version, invalid_paths=invalid, seconds=seconds)
+
+    def watcher(self, volume: str) -> VolumeWatcher:
+        spec = self.with_options(self.spec(volume))
+        notification = (self._runtime_notifications.get(volume)
+                        or notification_from_dict(spec.notification))
+        with converted(f"volume {volume!r}"):
+            listener = backend_for(spec).listener(spec, notification)
+        return VolumeWatcher(self.table(spec), listener, spec.accepts(),
+                             lambda: self.refresh(volume))
+
+    def watch(self, volume: str, *, until_idle: bool = False,
+              timeout: float | None = None) -> WatchMetrics:
+        watcher = self.watcher(volume)
+        with converted(f"volume {volume!r}"), watcher.listener:
+            return watcher.run(until_idle=until_idle, timeout=timeout)
