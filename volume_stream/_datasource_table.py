@@ -14,6 +14,9 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, ReadMaxRows
 
 from volume_stream.errors import InvalidInputError, WarehouseError
+from volume_stream.tables import TableStore, records_between
+from volume_stream.tables.types import sql_type
+from volume_stream.warehouse import MARKER
 
 __all__ = ["TableRange", "TableSource", "table_records"]
 
@@ -27,16 +30,12 @@ class TableRange(InputPartition):
 
 
 def table_records(part: TableRange) -> pa.Table:
-    from volume_stream.tables import TableStore, records_between
-
     spec = {"name": f"table {part.name}", "table": part.name, "mode": part.mode,
             "initial_pending": False}
     return records_between(TableStore(part.root), spec, part.start, part.end)
 
 
 def _spark_type(t: pa.DataType) -> str:
-    from volume_stream.tables.types import sql_type
-
     return "timestamp" if pa.types.is_timestamp(t) else sql_type(t).lower()
 
 
@@ -60,9 +59,6 @@ class TableSource:
     """The table behind the options (read-only: a missing warehouse is an error)."""
 
     def __init__(self, opts):
-        from volume_stream.tables import TableStore
-        from volume_stream.warehouse import MARKER
-
         root = Path(opts.warehouse).expanduser()
         if not (root / MARKER).exists():
             raise WarehouseError(f"volume_stream option warehouse: {opts.warehouse!r} is not a "

@@ -48,6 +48,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from directory_table import DirectoryTable
+from volume_stream._datasource_table import TableRange, TableSource, table_records
 from volume_stream.errors import InvalidInputError, WarehouseError
 from volume_stream.streams.changes import MODES, RECORD_DDL
 from volume_stream.streams.reader import VersionReader, records
@@ -161,8 +162,6 @@ def _records(part: VersionRange) -> pa.Table:
 
 
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
-    from volume_stream._datasource_table import TableRange, table_records
-
     if isinstance(part, TableRange):
         yield from table_records(part).to_batches(max_chunksize=10_000)
         return
@@ -174,8 +173,6 @@ def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
 def _source(opts: SourceOptions) -> Any:
     """The volume (or table) behind the options."""
     if opts.table:
-        from volume_stream._datasource_table import TableSource
-
         return TableSource(opts)
     return _Volume(opts)
 

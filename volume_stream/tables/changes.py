@@ -1,7 +1,7 @@
 """Table Stream semantics on warehouse tables: the change data feed of (a, b] turned into change
 records `__change_type, __commit_version, __commit_timestamp, <the table's columns>`.
 
-The rule is the volume streams' one (`volume_stream.changes`, DESIGN §5) with the row id as
+The rule is the volume streams' one (`volume_stream.streams.changes`, DESIGN §5) with the row id as
 the key: STANDARD is the minimal change set per row between the offset `a` and `b` — the first
 CDF row of a row id tells whether it existed at `a` (a pre-image or delete is its image at
 `a`), the last whether it exists at `b`; inserted then updated = one INSERT of the latest

@@ -7,7 +7,7 @@ Row identity. Tables written here carry two hidden columns that SELECT never sho
 coordination, and kept by UPDATE and MERGE's update) and `_vs_row_version` (the version that
 wrote the row's current image, set by every insert and update). A table stream pairs the pre-
 and post-images of a row by `_vs_row_id` and dates an old image by `_vs_row_version`, which is
-what the per-key minimal change set of `volume_stream.changes` needs; duplicate rows stay
+what the per-key minimal change set of `volume_stream.streams.changes` needs; duplicate rows stay
 distinct rows and a row updated back to its old value nets to nothing. Every write commits at
 exactly the version it stamped (delta-rs with no commit retry) and starts again on a lost race.
 
