@@ -11,6 +11,7 @@ summary goes to `.bench/results.json`.
     scale        10-event and 10k-event batches, change reads and optimize at 10M rows
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
+    tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
@@ -25,10 +26,11 @@ from benchmarks import (
     discovery,
     scale,
     stream_read,
+    tables,
 )
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline)}
+                                       bench_pipeline, tables)}
 
 __all__ = ["BENCHMARKS"]

@@ -55,3 +55,11 @@ def test_unknown_benchmark_is_rejected(tmp_path):
     proc = run_quick(tmp_path, "nope")
     assert proc.returncode == 2
     assert "unknown benchmark" in proc.stderr
+
+
+def test_quick_tables(tmp_path):
+    proc = run_quick(tmp_path, "tables")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    figures = {m.group(2): m.group(1) for m in FIGURE.finditer(proc.stdout)}
+    assert {n.split(".")[1] for n in figures} == {"standard_read", "update"}, proc.stdout
+    assert set(figures.values()) <= {"PASS", "MISS"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from pyspark.sql import SparkSession
 
@@ -35,6 +36,11 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream") -> Spa
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        # tables live in the volume-stream warehouse: Spark's own default `spark-warehouse/`
+        # would appear in the working directory, so it is kept out of the way
+        .config("spark.sql.warehouse.dir",
+                os.path.join(tempfile.gettempdir(), f"volume-stream-spark-{os.getuid()}"))
+        .config("spark.sql.catalogImplementation", "in-memory")
     )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -35,10 +35,11 @@ from volume_stream.errors import converted
 from volume_stream.pipelines.pipeline import Pipeline
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
+from volume_stream.tables import TableStore
 from volume_stream.volumes.registry import RefreshMetrics, VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
-from volume_stream.warehouse import Warehouse
+from volume_stream.warehouse import VOLUME, Warehouse
 
 __all__ = ["Batch", "Catalog", "RefreshMetrics", "connect"]
 
@@ -103,6 +104,11 @@ class Catalog:
         return self._spark
 
     # ------------------------------------------------------------------ volumes
+    @property
+    def tables(self) -> TableStore:
+        """The warehouse's SQL tables (`volume_stream.tables`, `<warehouse>/tables/`)."""
+        return self.streams.tables
+
     def volume_spec(self, volume: str) -> VolumeSpec:
         """The stored spec of `volume` (NotFoundError if there is none)."""
         return self.volumes.spec(volume)
@@ -173,8 +179,11 @@ class Catalog:
             snap = self.directory_table(volume).snapshot(version, columns=list(PUBLIC_COLUMNS))
         return self.spark.createDataFrame(snap)
 
-    def apply_retention(self, volume: str) -> dict:
-        """Remove versions older than the volume's `data_retention_days` (DESIGN §4.5)."""
+    def apply_retention(self, volume: str, *, days: float = 7) -> dict:
+        """Remove versions older than the volume's `data_retention_days` (DESIGN §4.5), or, for
+        a warehouse table of that name, older than `days`; streams behind them become stale."""
+        if (VOLUME, volume) not in self.warehouse.read() and self.tables.exists(volume):
+            return self.tables.apply_retention(volume, days)
         spec = self.volumes.spec(volume)
         with converted(f"volume {volume!r}"):
             return self.volumes.table(spec).apply_retention(spec.retention_days)
@@ -193,16 +202,19 @@ class Catalog:
             return self.volumes.table(spec).optimize(migrate=migrate)
 
     # ------------------------------------------------------------------ streams
-    def create_stream(self, name: str, on_volume: str, *, mode: str = "STANDARD",
+    def create_stream(self, name: str, on_volume: str | None = None, *,
+                      on_table: str | None = None, mode: str = "STANDARD",
                       show_initial_rows: bool = False, at_timestamp: datetime | str | None = None,
                       replace: bool = False) -> dict[str, Any]:
-        """Create a stream whose offset starts at the volume's latest version (or at the last
-        version committed at or before `at_timestamp`).
+        """Create a stream whose offset starts at the volume's (or table's) latest version (or
+        at the last version committed at or before `at_timestamp`). A table needs change
+        tracking (`ALTER TABLE t SET PROPERTIES ('change_tracking' = 'true')`).
 
         Example:
             >>> cat.create_stream("s", on_volume="landing", mode="APPEND_ONLY")
+            >>> cat.create_stream("people_changes", on_table="people")
         """
-        return self.streams.create(name, on_volume, mode=mode,
+        return self.streams.create(name, on_volume, on_table=on_table, mode=mode,
                                    show_initial_rows=show_initial_rows,
                                    at_timestamp=at_timestamp, replace=replace)
 
@@ -261,7 +273,8 @@ class Catalog:
         yield batch
         if a == b and not spec["initial_pending"]:
             return  # nothing was pinned, nothing to move
-        self.commit_offset(name, spec["volume_id"], a, b, spec["batch_id"])
+        self.commit_offset(name, spec.get("volume_id") or spec["table_id"], a, b,
+                           spec["batch_id"])
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
                       batch_id: int) -> None:

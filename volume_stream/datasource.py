@@ -16,7 +16,8 @@ APPEND_ONLY, every insert. Versions are immutable, so a batch replayed after a f
 exactly the same records: with Spark's file sink (or any idempotent sink) the output is
 exactly-once. The source keeps no state of its own; Spark's checkpoint is the offset.
 
-Options: `warehouse` and `volume` (required); `mode` (STANDARD | APPEND_ONLY, default
+Options: `warehouse` and `volume` (or `table`: a warehouse table's Table Stream records, with
+change tracking on; it starts at the latest version unless told otherwise); `mode` (STANDARD | APPEND_ONLY, default
 STANDARD); `startingVersion` ("latest", or n to include version n and later; default 0: every
 change since the volume was created); `startingTimestamp` (changes after the last version
 committed at or before it); `maxFilesPerTrigger` (files per micro-batch, at version
@@ -47,6 +48,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from directory_table import DirectoryTable
+from volume_stream._datasource_table import TableRange, TableSource, table_records
 from volume_stream.errors import InvalidInputError, WarehouseError
 from volume_stream.streams.changes import MODES, RECORD_DDL
 from volume_stream.streams.reader import VersionReader, records
@@ -55,7 +57,7 @@ __all__ = ["SCHEMA", "SourceOptions", "VolumeStreamDataSource", "register"]
 
 #: the change-record schema, as Spark DDL
 SCHEMA = RECORD_DDL
-_KNOWN = ("warehouse", "volume", "mode", "startingversion", "startingtimestamp",
+_KNOWN = ("warehouse", "volume", "table", "mode", "startingversion", "startingtimestamp",
           "maxfilespertrigger", "endingversion", "path")
 
 
@@ -95,6 +97,7 @@ class SourceOptions:
     starting_timestamp: datetime | None = None
     max_files_per_trigger: int | None = None
     ending_version: int | None = None
+    table: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -110,9 +113,12 @@ class SourceOptions:
             raise InvalidInputError(f"unknown volume_stream options {unknown}; known: warehouse, "
                                     f"volume, mode, startingVersion, startingTimestamp, "
                                     f"maxFilesPerTrigger, endingVersion")
-        for key in ("warehouse", "volume"):
+        for key in ("warehouse", "table" if opts.get("table") else "volume"):
             if not opts.get(key):
                 raise InvalidInputError(f"volume_stream needs .option({key!r}, ...)")
+        if opts.get("table") and opts.get("volume"):
+            raise InvalidInputError("volume_stream takes .option('volume', ...) or "
+                                    ".option('table', ...), not both")
         mode = str(opts.get("mode", "STANDARD")).upper()
         if mode not in MODES:
             raise InvalidInputError(f"volume_stream option mode must be STANDARD or "
@@ -135,9 +141,10 @@ class SourceOptions:
                                         f"{opts['startingtimestamp']!r} is not an ISO timestamp"
                                         ) from None
             when = when if when.tzinfo else when.replace(tzinfo=UTC)
-        return cls(str(opts["warehouse"]), str(opts["volume"]), mode, starting, when,
+        return cls(str(opts["warehouse"]), str(opts.get("volume") or ""), mode, starting, when,
                    _int_option(opts, "maxfilespertrigger", "maxFilesPerTrigger", 1),
-                   _int_option(opts, "endingversion", "endingVersion", 0))
+                   _int_option(opts, "endingversion", "endingVersion", 0),
+                   str(opts["table"]) if opts.get("table") else None)
 
 
 class VersionRange(InputPartition):
@@ -155,9 +162,19 @@ def _records(part: VersionRange) -> pa.Table:
 
 
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(part, TableRange):
+        yield from table_records(part).to_batches(max_chunksize=10_000)
+        return
     if not isinstance(part, VersionRange):
         return  # Spark reads one placeholder partition when a batch read plans none
     yield from _records(part).to_batches(max_chunksize=10_000)
+
+
+def _source(opts: SourceOptions) -> Any:
+    """The volume (or table) behind the options."""
+    if opts.table:
+        return TableSource(opts)
+    return _Volume(opts)
 
 
 class _Volume:
@@ -228,7 +245,7 @@ class VolumeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: SourceOptions):
         self.opts = opts
-        self.volume = _Volume(opts)
+        self.volume = _source(opts)
         self._target: int | None = None  # the last version for Trigger.AvailableNow
 
     def initialOffset(self) -> dict:
@@ -271,7 +288,7 @@ class VolumeBatchReader(DataSourceReader):
     """`spark.read.format("volume_stream")`: the change records of versions (start, end]."""
 
     def __init__(self, opts: SourceOptions):
-        volume = _Volume(opts)
+        volume = _source(opts)
         start = volume.start_version(opts)
         end = volume.table.version() if opts.ending_version is None else opts.ending_version
         if end > volume.table.version():
@@ -295,8 +312,8 @@ class VolumeStreamDataSource(DataSource):
 
     def schema(self) -> str:
         # called when the query is defined: bad options fail at load(), not later
-        _Volume(SourceOptions.parse(self.options))
-        return SCHEMA
+        source = _source(SourceOptions.parse(self.options))
+        return SCHEMA if isinstance(source, _Volume) else source.schema()
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return VolumeStreamReader(SourceOptions.parse(self.options))

@@ -118,7 +118,7 @@ def test_syntax_errors_name_line_column_expected_and_found():
     assert "line 5, column 16" in str(err) and "NOTIFICATION (QUEUE_TYPE" in str(err)
     err = syntax_error("CREATE STREAM s ON VOLUME v WITH PROPERTIES ('TABLE_STREAM_MODE' 'x')")
     assert err.found == "a string literal" and "expected '='" in str(err)
-    err = syntax_error("CREATE STREAM s ON TABLE t")
+    err = syntax_error("CREATE STREAM s ON VIEW t")
     assert "expected VOLUME" in str(err) and (err.line, err.column) == (1, 20)
     err = syntax_error("CREATE EXTERNAL VOLUME v RECURSIVE = TRUE")
     assert "needs a LOCATION" in str(err)
@@ -254,9 +254,9 @@ def test_volume_mapping_errors(cat, tmp_path):
     with pytest.raises(SqlSyntaxError, match="unknown QUEUE_TYPE 'KAFKA'"):
         _plan(cat, f"CREATE EXTERNAL VOLUME v LOCATION '{tmp_path}' NOTIFICATION = ("
                    f"QUEUE_TYPE = 'KAFKA')")
-    with pytest.raises(SqlSyntaxError, match="not QUEUE_NAME"):
+    with pytest.raises(SqlSyntaxError, match="not QUEUE_GROUP"):  # QUEUE_NAME is ignored
         _plan(cat, f"CREATE EXTERNAL VOLUME v LOCATION '{tmp_path}' NOTIFICATION = ("
-                   f"QUEUE_TYPE = 'LOCAL', QUEUE_NAME = 'q')")
+                   f"QUEUE_TYPE = 'LOCAL', QUEUE_NAME = 'q', QUEUE_GROUP = 'g')")
     with pytest.raises(SqlSyntaxError, match="ENABLE = FALSE"):
         _plan(cat, f"CREATE EXTERNAL VOLUME v LOCATION '{tmp_path}' DIRECTORY = (ENABLE = FALSE)")
     with pytest.raises(vs.NotFoundError, match="connection 'nope' does not exist"):

@@ -121,9 +121,9 @@ def stream_create(
 
 @stream_app.command("list")
 def stream_list(warehouse: Warehouse = None, as_json: AsJson = False) -> None:
-    """List streams with their volume, mode and offset."""
-    rows = [{k: s[k] for k in ("name", "volume", "mode", "offset", "batch_id",
-                               "show_initial_rows")} for s in _catalog(warehouse).list_streams()]
+    """List streams with their volume (or table), mode and offset."""
+    rows = [{k: s.get(k) for k in ("name", "volume", "table", "mode", "offset", "batch_id",
+                                   "show_initial_rows")} for s in _catalog(warehouse).list_streams()]
     print_rows(rows, as_json, "streams")
 
 

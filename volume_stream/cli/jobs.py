@@ -239,7 +239,10 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
             raise ConfigError("[create.stream] needs `volume` (or a [create.volume] section)")
         catalog.create_stream(spec.stream, on_volume=on, mode=s.mode,
                               show_initial_rows=s.show_initial_rows)
-    volume = catalog.describe_stream(spec.stream)["volume"]
+    volume = catalog.describe_stream(spec.stream).get("volume")
+    if volume is None:
+        raise ConfigError(f"stream {spec.stream!r} is on a table; file pipelines read streams "
+                          f"on volumes")
     if spec.refresh:
         m = catalog.refresh(volume)
         log.info("refreshed %s: +%d ~%d -%d", volume, m.inserted, m.updated, m.deleted)

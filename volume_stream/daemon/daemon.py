@@ -140,9 +140,9 @@ class Daemon:
                 return
             except AlreadyExistsError:
                 found = {s["name"]: s for s in self.catalog.list_streams()}
-        if found[stream]["volume"] != volume:
+        if found[stream].get("volume") != volume:
             raise ConfigError(f"[volumes.{volume}.streams] {stream}: stream {stream!r} exists on "
-                              f"volume {found[stream]['volume']!r}, not {volume!r}")
+                              f"volume {found[stream].get('volume')!r}, not {volume!r}")
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Daemon:
@@ -270,7 +270,7 @@ class Daemon:
             m.directory_version.labels(name).set(table.version())
             m.directory_files.labels(name).set(table.file_count())
         for stream in self.catalog.list_streams():
-            if stream["volume"] not in self.runners:
+            if stream.get("volume") not in self.runners:
                 continue
             try:
                 info = self.catalog.describe_stream(stream["name"])

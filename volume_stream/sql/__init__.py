@@ -6,6 +6,7 @@
     ddl_exec    runs parsed DDL against the catalog's public methods
     volume_plan CREATE EXTERNAL VOLUME → create_volume arguments
     dml         Spark SQL over streams (pinning, offset moves)
+    tables      warehouse tables: CREATE/DROP/SHOW/DESCRIBE TABLE, INSERT/UPDATE/DELETE/MERGE
     result      SqlResult
     udfs        Python UDFs registered per SparkSession
 """

@@ -28,6 +28,7 @@ from typing import Any
 from volume_stream.sql.lexer import NUMBER, OP, QUOTED, STRING, WORD, SqlSyntaxError, Statement
 from volume_stream.sql.lexer import Token as _Token
 from volume_stream.sql.statements import (
+    AlterTable,
     AlterVolume,
     CreateConnection,
     CreateStream,
@@ -40,7 +41,7 @@ from volume_stream.sql.statements import (
 )
 
 __all__ = [
-    "AlterVolume", "CreateConnection", "CreateStream", "CreateVolume", "Describe", "Drop",
+    "AlterTable", "AlterVolume", "CreateConnection", "CreateStream", "CreateVolume", "Describe", "Drop",
     "EnvRef", "Prop", "Show", "parse",
 ]
 
@@ -274,11 +275,10 @@ class _Parser:
         self._check_replace(replace, if_not_exists, first)
         name = self.identifier("stream")
         self.expect("ON", context=f"CREATE STREAM {name}")
-        if not self.at("VOLUME"):
-            raise self.error("streams are created on volumes (streams on tables are a later "
-                             "feature)", expected=("VOLUME",))
-        self.expect("VOLUME")
-        volume = self.identifier("volume")
+        on_table = self.accept("TABLE")
+        on_table or self.expect("VOLUME", context=f"CREATE STREAM {name} ON")
+        target = self.identifier("table" if on_table else "volume")
+        volume, table = ("", target) if on_table else (target, None)
         timestamp = timestamp_expr = comment = None
         props: dict[str, Prop] = {}
         while self.peek().kind != "end":
@@ -296,7 +296,7 @@ class _Parser:
                                  expected=("TIMESTAMP AS OF", "COMMENT", "WITH PROPERTIES",
                                            "the end of the statement"))
         return CreateStream(name, volume, props, timestamp, timestamp_expr, comment, replace,
-                            if_not_exists)
+                            if_not_exists, table)
 
     def timestamp_expression(self) -> tuple[str | None, str | None]:
         start = self.peek()
@@ -316,8 +316,15 @@ class _Parser:
         text = self.statement.script[start.pos:last.pos + len(last.text)]
         return None, text
 
-    def alter(self) -> AlterVolume:
+    def alter(self) -> AlterVolume | AlterTable:
         self.expect("ALTER")
+        if self.accept("TABLE"):
+            name = self.identifier("table")
+            self.expect("SET", context=f"ALTER TABLE {name}")
+            self.accept("PROPERTIES") or self.expect("TBLPROPERTIES", context="SET")
+            props = self.prop_list("PROPERTIES")
+            self.done(f"ALTER TABLE {name} SET PROPERTIES")
+            return AlterTable(name, props)
         self.expect("VOLUME", context="ALTER")
         name = self.identifier("volume")
         self.expect("REFRESH", context=f"ALTER VOLUME {name}")
@@ -390,7 +397,8 @@ def _is_ours(tokens: tuple[_Token, ...]) -> bool:
             return k + 1 < len(tokens) and tokens[k + 1].upper == "ON"
         return False
     if head == "ALTER":
-        return rest[:1] == ["VOLUME"]
+        return rest[:1] == ["VOLUME"] or (rest[:1] == ["TABLE"] and rest[2:3] == ["SET"]
+                                          and rest[3:4] in (["PROPERTIES"], ["TBLPROPERTIES"]))
     if head in ("DROP", "DESCRIBE", "DESC"):
         if rest[:1] == ["EXTENDED"]:
             rest = rest[1:]

@@ -138,7 +138,11 @@ def _create_volume(catalog, stmt: ddl.CreateVolume) -> SqlResult:
                                               **plan.metadata}
 
     catalog.warehouse.mutate(remember)
-    return SqlResult("CREATE VOLUME", message=f"created volume {spec.name} at {spec.location}")
+    ignored = plan.metadata.get("ignored_notification_options")
+    note = f" (QUEUE_TYPE 'LOCAL' watches the folder: {', '.join(ignored)} ignored)" \
+        if ignored else ""
+    return SqlResult("CREATE VOLUME",
+                     message=f"created volume {spec.name} at {spec.location}{note}")
 
 
 # ---------------------------------------------------------------------- streams
@@ -184,9 +188,14 @@ def _create_stream(catalog, stmt: ddl.CreateStream) -> SqlResult:
     name = resolve(state, STREAM, stmt.name)
     if stmt.if_not_exists and (STREAM, name) in state:
         return SqlResult("CREATE STREAM", message=f"stream {name} exists; left as it is")
-    volume = resolve(state, VOLUME, stmt.volume)
+    if stmt.table is not None:
+        volume = table = _table_name(catalog, stmt.table)
+        target: dict[str, Any] = {"on_table": table}
+    else:
+        volume = resolve(state, VOLUME, stmt.volume)
+        target = {"on_volume": volume}
     try:
-        info = catalog.create_stream(stmt.name, volume, mode=mode, show_initial_rows=initial,
+        info = catalog.create_stream(stmt.name, **target, mode=mode, show_initial_rows=initial,
                                      at_timestamp=_timestamp(catalog, stmt),
                                      replace=stmt.replace)
     except AlreadyExistsError:
@@ -195,6 +204,44 @@ def _create_stream(catalog, stmt: ddl.CreateStream) -> SqlResult:
         raise
     return SqlResult("CREATE STREAM", message=f"created stream {stmt.name} on {volume} "
                                               f"({mode}) at version {info['offset']}")
+
+
+# ---------------------------------------------------------------------- tables
+#: Delta table properties by their upper-cased SQL spelling
+_TABLE_PROPS = {"CHANGE_TRACKING": "change_tracking",
+                **{k.upper(): k for k in ("delta.enableChangeDataFeed", "delta.appendOnly",
+                                          "delta.logRetentionDuration",
+                                          "delta.deletedFileRetentionDuration")}}
+
+
+def _table_name(catalog, name: str) -> str:
+    """The stored spelling of a warehouse table (case-insensitive); NotFoundError if none."""
+    names = catalog.tables.names()
+    found = {n.lower(): n for n in names}.get(name.lower())
+    if found is None:
+        raise NotFoundError("table", name, names)
+    return found
+
+
+def _alter_table(catalog, stmt: ddl.AlterTable) -> SqlResult:
+    name = _table_name(catalog, stmt.name)
+    props = {}
+    for key, prop in stmt.props.items():
+        if key not in _TABLE_PROPS:
+            raise _fail(prop.token, f"unknown table property {key!r}; known: "
+                                    f"{', '.join(sorted(_TABLE_PROPS.values()))}")
+        value = prop.value
+        props[_TABLE_PROPS[key]] = str(value).lower() if isinstance(value, bool) else str(value)
+    version = catalog.tables.set_properties(name, props)
+    return SqlResult("ALTER TABLE", message=f"table {name}: set {props} (version {version})")
+
+
+def _stream_rows(streams: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SHOW STREAMS rows, one shape for streams on volumes and on tables."""
+    keys = ["name", "volume", "table"]
+    for s in streams:
+        keys += [k for k in s if k not in keys]
+    return [{k: s.get(k) for k in keys} for s in streams]
 
 
 # ---------------------------------------------------------------------- the rest
@@ -254,6 +301,8 @@ def _execute(catalog, stmt: Any, statement: Statement) -> SqlResult:
         return _create_volume(catalog, stmt)
     if isinstance(stmt, ddl.CreateStream):
         return _create_stream(catalog, stmt)
+    if isinstance(stmt, ddl.AlterTable):
+        return _alter_table(catalog, stmt)
     if isinstance(stmt, ddl.AlterVolume):
         name = resolve(catalog.warehouse.read(), VOLUME, stmt.name)
         m = catalog.refresh(name)
@@ -269,7 +318,7 @@ def _execute(catalog, stmt: Any, statement: Statement) -> SqlResult:
         if stmt.kind == "volumes":
             return _rows("SHOW VOLUMES", catalog.list_volumes())
         if stmt.kind == "streams":
-            return _rows("SHOW STREAMS", catalog.list_streams())
+            return _rows("SHOW STREAMS", _stream_rows(catalog.list_streams()))
         if stmt.kind == "connections":
             state = catalog.warehouse.read()
             return _rows("SHOW CONNECTIONS", [_connection_row(s) for (k, _), s in

@@ -291,12 +291,21 @@ def _spark_parser(catalog, statement: Statement, edits: list) -> Callable[[str],
     return parse
 
 
-def run(catalog, statement: Statement, udfs: set[str]) -> SqlResult:
-    """Run one Spark SQL statement with its streams pinned; move offsets only on success."""
+def run(catalog, statement: Statement, udfs: set[str], *,
+        write: Callable[[object], str] | None = None, label: str | None = None) -> SqlResult:
+    """Run one Spark SQL statement with its streams pinned; move offsets only on success.
+
+    With `write` (a query feeding a warehouse-table write, `volume_stream.sql.tables`), the
+    streams are consumed and `write(df)` runs inside the pins: the offsets move only when the
+    write has committed. It returns what it did, for the result's message.
+    """
     streams = {s["name"].lower(): s["name"] for s in catalog.list_streams()}
     analysis = analyze(statement, streams, udfs,
                        _spark_parser(catalog, statement, _token_edits(statement.text, udfs)))
+    if write is not None:
+        analysis.kind, analysis.label = "write", label or analysis.label
     result = SqlResult(analysis.label, text=statement.text, line=statement.line)
+    written = None
     spark = catalog.spark
     views = analysis.streams
     try:
@@ -312,16 +321,29 @@ def run(catalog, statement: Statement, udfs: set[str]) -> SqlResult:
                 else:
                     catalog.read_stream(name).createOrReplaceTempView(views[name])
             df = _sql(catalog, statement, analysis)
+            if write is not None:
+                written = _write(catalog, statement, analysis, write, df)
             # leaving the ExitStack commits the offsets (in reverse order of pinning)
     finally:
         for view in views.values():
             spark.catalog.dropTempView(view)
-    if df.columns:
+    if df.columns and write is None:
         result._df, result._query = df, True
     else:
         result._rows = []
     result.message = _message(analysis, result)
+    if written and not result.offsets:
+        result.message = f"{analysis.label}: {written}"
     return result
+
+
+def _write(catalog, statement: Statement, analysis: Analysis, write: Callable, df) -> str:
+    try:
+        return write(df)
+    except VolumeStreamError:
+        raise
+    except Exception as exc:  # Spark runs the query lazily, inside the write
+        raise _convert(exc, catalog, statement, analysis) from exc
 
 
 def _message(analysis: Analysis, result: SqlResult) -> str:

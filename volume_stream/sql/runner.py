@@ -8,7 +8,9 @@ REFRESH`, `DROP`, `SHOW`, `DESCRIBE`) runs against the catalog without starting 
 other statement runs in Spark SQL with each stream it names visible as its pending changes,
 pinned at the statement's start: a SELECT never moves an offset; INSERT INTO / INSERT OVERWRITE /
 CREATE TABLE ... AS SELECT (and MERGE / UPDATE / DELETE) move the offsets of the streams they
-read to the pinned version when they succeed, and not when they fail.
+read to the pinned version when they succeed, and not when they fail. Unqualified tables are
+Delta tables in the warehouse (`sql.tables`: CREATE / DROP / SHOW / DESCRIBE TABLE, INSERT,
+UPDATE, DELETE, MERGE committed by delta-rs), and `CREATE TABLE STREAM s ON TABLE t` streams them.
 
     cat.register_udf("fc_image_to_text", recognise, "string")
     cat.sql(open("examples/image_recognition.sql").read())
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError
-from volume_stream.sql import ddl, ddl_exec, dml
+from volume_stream.sql import ddl, ddl_exec, tables
 from volume_stream.sql.lexer import Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import UDFS as _UDFS
@@ -73,7 +75,7 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
     parsed = ddl.parse(statement)
     if parsed is not None:
         return ddl_exec.execute(catalog, parsed, statement)
-    return dml.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
+    return tables.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
 
 
 def run_script(catalog: Catalog, text: str) -> Iterator[SqlResult]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from volume_stream.sql.lexer import Token as _Token
 
-__all__ = ["AlterVolume", "CreateConnection", "CreateStream", "CreateVolume", "Describe", "Drop",
+__all__ = ["AlterTable", "AlterVolume", "CreateConnection", "CreateStream", "CreateVolume", "Describe", "Drop",
            "EnvRef", "Prop", "Show"]
 
 
@@ -53,13 +53,20 @@ class CreateVolume:
 @dataclass(frozen=True)
 class CreateStream:
     name: str
-    volume: str
+    volume: str                            # "" for a stream on a table
     props: dict[str, Prop]
     timestamp: str | None = None           # a literal timestamp
     timestamp_expr: str | None = None      # a Spark SQL expression to evaluate
     comment: str | None = None
     replace: bool = False
     if_not_exists: bool = False
+    table: str | None = None               # CREATE TABLE STREAM ... ON TABLE t
+
+
+@dataclass(frozen=True)
+class AlterTable:  # ALTER TABLE t SET PROPERTIES ('change_tracking' = 'true', ...)
+    name: str
+    props: dict[str, Prop]
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,13 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
     region = str(note["REGION"].value) if "REGION" in note else (conn or {}).get("region")
     if qtype == "LOCAL":
         known = {"POLLING", "DEBOUNCE_S", "POLL_INTERVAL_S"}
-        unknown = sorted(set(note) - known)
+        # the seed's queue address, kept so its DDL adapts by changing only QUEUE_TYPE and
+        # LOCATION; a local folder has no queue, so it is ignored (the result says so)
+        ignored = sorted(set(note) & {"QUEUE_NAME", "QUEUE_URL", "ENDPOINT", "REGION",
+                                      "ACCOUNT_ID"})
+        if ignored:
+            metadata["ignored_notification_options"] = ignored
+        unknown = sorted(set(note) - known - set(ignored))
         if unknown:
             raise SqlSyntaxError(f"a LOCAL notification takes {', '.join(sorted(known))}; not "
                                  f"{', '.join(unknown)}", where.line, where.column)

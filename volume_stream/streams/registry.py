@@ -21,7 +21,9 @@ from volume_stream.errors import (
     converted,
 )
 from volume_stream.streams import changes as ch
+from volume_stream.streams import tables as tstreams
 from volume_stream.streams.reader import VersionReader
+from volume_stream.tables import TableStore
 from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME, CatalogState, check_name, entry, now
@@ -35,11 +37,18 @@ class StreamRegistry:
     def __init__(self, volumes: VolumeRegistry):
         self.volumes = volumes
         self.warehouse = volumes.warehouse
+        self.tables = TableStore(self.warehouse.root / "tables")
 
-    def create(self, name: str, on_volume: str, *, mode: str = "STANDARD",
-               show_initial_rows: bool = False, at_timestamp: datetime | str | None = None,
+    def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
+               mode: str = "STANDARD", show_initial_rows: bool = False,
+               at_timestamp: datetime | str | None = None,
                replace: bool = False) -> dict[str, Any]:
         check_name(STREAM, name)
+        tstreams.check_target(on_volume, on_table)
+        if on_table is not None:
+            return tstreams.create(self.warehouse, self.tables, name, on_table, mode=mode,
+                                   show_initial_rows=show_initial_rows,
+                                   at_timestamp=at_timestamp, replace=replace)
         mode = str(mode).upper()
         if mode not in ch.MODES:
             raise InvalidInputError(f"invalid mode {mode!r}; valid modes: {', '.join(ch.MODES)}")
@@ -90,13 +99,16 @@ class StreamRegistry:
         return self.warehouse.mutate(drop)
 
     def list(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in spec.items() if k != "volume_id"}
+        return [{k: v for k, v in spec.items() if k not in ("volume_id", "table_id")}
                 for (kind, _), spec in sorted(self.warehouse.read().items()) if kind == STREAM]
 
     def spec(self, name: str) -> tuple[dict[str, Any], VolumeSpec]:
         """The stream's stored spec and its volume's (NotFoundError if either is gone)."""
         state = self.warehouse.read()
         spec = entry(state, STREAM, name)
+        if tstreams.is_table_stream(spec):
+            raise InvalidInputError(f"stream {name!r} is on table {spec['table']!r}, not on a "
+                                    f"volume (file pipelines read volume streams)")
         volume = state.get((VOLUME, spec["volume"]))
         if volume is None or volume["id"] != spec["volume_id"]:
             raise NotFoundError(
@@ -112,6 +124,9 @@ class StreamRegistry:
 
     def pending(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
         """(records, spec, a, b): the stream's records in (offset a, latest version b]."""
+        stored = entry(self.warehouse.read(), STREAM, name)
+        if tstreams.is_table_stream(stored):
+            return tstreams.pending(self.tables, stored)
         spec, volume = self.spec(name)
         a, b = spec["offset"], self.latest_version(volume)
         return self.records_between(name, spec, volume, a, b), spec, a, b
@@ -135,7 +150,8 @@ class StreamRegistry:
 
         def advance(state: CatalogState) -> None:
             spec = entry(state, STREAM, name)
-            if spec["volume_id"] != volume_id or spec["offset"] != start \
+            if spec.get("volume_id", spec.get("table_id")) != volume_id \
+                    or spec["offset"] != start \
                     or spec["batch_id"] != batch_id:
                 raise ConsumeConflictError(name, start, spec["offset"])
             spec.update(offset=end, batch_id=batch_id + 1, initial_pending=False,
@@ -144,6 +160,9 @@ class StreamRegistry:
         self.warehouse.mutate(advance)
 
     def describe(self, name: str) -> dict[str, Any]:
+        stored = entry(self.warehouse.read(), STREAM, name)
+        if tstreams.is_table_stream(stored):
+            return tstreams.describe(self.tables, stored)
         spec, volume = self.spec(name)
         with converted(f"stream {name!r}"):
             table = self.volumes.table(volume)

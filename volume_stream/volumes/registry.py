@@ -131,7 +131,7 @@ class VolumeRegistry:
                     return None
                 entry(state, VOLUME, name)
             streams = sorted(n for (k, n), s in state.items()
-                             if k == STREAM and s["volume"] == name)
+                             if k == STREAM and s.get("volume") == name)
             if streams and not cascade:
                 raise InvalidInputError(f"volume {name!r} has streams {streams}; drop them "
                                         f"first or pass cascade=True")

@@ -1,0 +1,394 @@
+"""Warehouse tables: Delta tables under `<warehouse>/tables/<name>` (where pipeline targets given
+by a bare name live too), created, changed and read with delta-rs, so they persist across
+processes and working directories and Spark never needs a metastore.
+
+Row identity. Tables written here carry two hidden columns that SELECT never shows:
+`_vs_row_id` (int64, assigned on insert as `version << 32 | position`, so unique without any
+coordination, and kept by UPDATE and MERGE's update) and `_vs_row_version` (the version that
+wrote the row's current image, set by every insert and update). A table stream pairs the pre-
+and post-images of a row by `_vs_row_id` and dates an old image by `_vs_row_version`, which is
+what the per-key minimal change set of `volume_stream.streams.changes` needs; duplicate rows stay
+distinct rows and a row updated back to its old value nets to nothing. Every write commits at
+exactly the version it stamped (delta-rs with no commit retry) and starts again on a lost race.
+
+    store = TableStore("/wh/tables")
+    store.create("t", [Column("id", "INT"), Column("name", "STRING", "who")])
+    store.insert("t", pa.table({"id": [1], "name": ["a"]}))
+    store.update("t", {"name": "upper(name)"}, where="id = 1")
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from volume_stream.errors import (
+    AlreadyExistsError,
+    InvalidInputError,
+    NotFoundError,
+    VolumeStreamError,
+)
+from volume_stream.tables.expressions import to_delta
+from volume_stream.tables.types import arrow_type, conform, sql_type
+
+__all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "TableStore"]
+
+ROW_ID, ROW_VERSION = "_vs_row_id", "_vs_row_version"
+HIDDEN = (ROW_ID, ROW_VERSION)
+CDF = "delta.enableChangeDataFeed"
+_PROPERTIES = {"change_tracking": CDF}
+_ATTEMPTS = 20
+TABLE = "table"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One WHEN clause: `matched` (WHEN MATCHED) or not; `action` "update" | "delete" |
+    "insert"; `condition` the AND condition; `assignments` target column -> expression
+    (UPDATE SET / INSERT (cols) VALUES (exprs)). Expressions are Spark SQL text or sqlglot
+    nodes, qualified with the merge's aliases."""
+
+    matched: bool
+    action: str
+    condition: Any = None
+    assignments: dict[str, Any] | None = None
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class TableStore:
+    """The tables of one warehouse (a folder of Delta tables)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    # ------------------------------------------------------------------ lookups
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "_delta_log").is_dir())
+
+    def exists(self, name: str) -> bool:
+        return (self.root / name / "_delta_log").is_dir()
+
+    def open(self, name: str) -> DeltaTable:
+        """The Delta table `name`; NotFoundError lists the tables that exist."""
+        if not self.exists(name):
+            if (self.root / name).exists():
+                raise InvalidInputError(f"table {name!r}: {self.path(name)} is not a Delta "
+                                        f"table (no _delta_log); nothing was written")
+            raise NotFoundError(TABLE, name, self.names())
+        try:
+            return DeltaTable(self.path(name))
+        except (TableNotFoundError, DeltaError) as exc:
+            raise InvalidInputError(f"table {name!r}: {self.path(name)} is not a readable "
+                                    f"Delta table: {exc}") from exc
+
+    @staticmethod
+    def full_schema(dt: DeltaTable) -> pa.Schema:
+        return pa.schema(dt.schema().to_arrow())
+
+    def schema(self, name: str) -> pa.Schema:
+        """The table's visible columns (hidden row-identity columns left out)."""
+        full = self.full_schema(self.open(name))
+        return pa.schema([f for f in full if f.name not in HIDDEN])
+
+    def _layout(self, name: str) -> tuple[DeltaTable, pa.Schema, bool]:
+        """One load of the table: (table, visible schema, has row ids)."""
+        dt = self.open(name)
+        full = self.full_schema(dt)
+        return dt, pa.schema([f for f in full if f.name not in HIDDEN]), ROW_ID in full.names
+
+    def has_row_ids(self, name: str) -> bool:
+        return ROW_ID in self.full_schema(self.open(name)).names
+
+    def version(self, name: str) -> int:
+        return self.open(name).version()
+
+    def table_id(self, name: str) -> str:
+        return self.open(name).metadata().id
+
+    def change_tracking(self, name: str) -> bool:
+        conf = self.open(name).metadata().configuration
+        return str(conf.get(CDF, "false")).lower() == "true"
+
+    def describe(self, name: str) -> dict[str, Any]:
+        dt = self.open(name)
+        meta = dt.metadata()
+        columns = [{"name": f.name, "type": sql_type(f.type),
+                    "comment": (f.metadata or {}).get(b"comment", b"").decode() or None}
+                   for f in self.full_schema(dt) if f.name not in HIDDEN]
+        return {"name": name, "path": self.path(name), "id": meta.id,
+                "comment": meta.description, "columns": columns, "version": dt.version(),
+                "change_tracking": str(meta.configuration.get(CDF, "false")).lower() == "true",
+                "properties": dict(meta.configuration)}
+
+    # ------------------------------------------------------------------ DDL
+    def create(self, name: str, columns: list[Column] | pa.Schema, *, comment: str | None = None,
+               if_not_exists: bool = False, replace: bool = False) -> bool:
+        """Create an empty table; returns False if it existed and `if_not_exists`."""
+        if isinstance(columns, pa.Schema):
+            fields = [pa.field(f.name, f.type, metadata=f.metadata) for f in columns
+                      if f.name not in HIDDEN]
+        else:
+            fields = [pa.field(c.name, arrow_type(c.type),
+                               metadata={"comment": c.comment} if c.comment else None)
+                      for c in columns]
+        names = [f.name.lower() for f in fields]
+        if not fields or len(set(names)) != len(names) or any(n in HIDDEN for n in names):
+            raise InvalidInputError(f"table {name!r}: columns must be given, with distinct "
+                                    f"names other than {', '.join(HIDDEN)}")
+        if self.exists(name) or (self.root / name).exists():
+            if if_not_exists:
+                return False
+            if not replace:
+                raise AlreadyExistsError(TABLE, name)
+            shutil.rmtree(self.root / name)
+        schema = pa.schema(fields + [pa.field(ROW_ID, pa.int64()),
+                                     pa.field(ROW_VERSION, pa.int64())])
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            DeltaTable.create(self.path(name), schema=schema, name=name, description=comment)
+        except DeltaError as exc:
+            raise VolumeStreamError(f"table {name!r}: could not be created: {exc}") from exc
+        return True
+
+    def drop(self, name: str, *, if_exists: bool = False) -> bool:
+        if not (self.root / name).exists():
+            if if_exists:
+                return False
+            raise NotFoundError(TABLE, name, self.names())
+        shutil.rmtree(self.root / name)
+        return True
+
+    def set_properties(self, name: str, properties: dict[str, str]) -> int:
+        """ALTER TABLE ... SET PROPERTIES: 'change_tracking' = 'true' turns on the change data
+        feed; other keys are Delta table properties. Returns the new version."""
+        dt = self.open(name)
+        conf = {}
+        for key, value in properties.items():
+            key = _PROPERTIES.get(key.lower(), key)
+            value = str(value).lower() if key == CDF else str(value)
+            if key == CDF and value not in ("true", "false"):
+                raise InvalidInputError(f"table {name!r}: change_tracking takes 'true' or "
+                                        f"'false', not {properties!r}")
+            conf[key] = value
+        try:
+            dt.alter.set_table_properties(conf)
+        except DeltaError as exc:
+            raise InvalidInputError(f"table {name!r}: cannot set {conf}: {exc}") from exc
+        return self.version(name)
+
+    # ------------------------------------------------------------------ reads
+    def snapshot(self, name: str, version: int | None = None, *,
+                 hidden: bool = False) -> pa.Table:
+        dt = self.open(name)
+        if version is not None:
+            dt.load_as_version(version)
+        table = dt.to_pyarrow_dataset().to_table()
+        if not hidden:
+            table = table.select([c for c in table.column_names if c not in HIDDEN])
+        return _plain(table)
+
+    def file_uris(self, name: str) -> list[str]:
+        return self.open(name).file_uris()
+
+    def changes(self, name: str, after: int, up_to: int) -> pa.Table:
+        """The change data feed of versions (after, up_to] (plain Arrow types)."""
+        dt = self.open(name)
+        if up_to <= after:
+            return _plain(pa.table({**{f.name: pa.array([], f.type)
+                                       for f in self.full_schema(dt)},
+                                    "_change_type": pa.array([], pa.string()),
+                                    "_commit_version": pa.array([], pa.int64())}))
+        try:
+            reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to)
+            table = pa.RecordBatchReader.from_stream(reader).read_all()
+        except DeltaError as exc:
+            raise InvalidInputError(f"table {name!r}: no change data for versions "
+                                    f"{after + 1}..{up_to} (is change_tracking on?): {exc}"
+                                    ) from exc
+        table = table.drop_columns([c for c in ("_commit_timestamp",) if c in table.column_names])
+        return _plain(table).set_column(table.column_names.index("_commit_version"),
+                                        "_commit_version",
+                                        table["_commit_version"].cast(pa.int64()))
+
+    def timestamps(self, name: str) -> dict[int, datetime]:
+        """Commit time of every kept version."""
+        return {h["version"]: datetime.fromtimestamp(h["timestamp"] / 1000, UTC)
+                for h in self.open(name).history()}
+
+    def oldest_version(self, name: str) -> int:
+        log = self.root / name / "_delta_log"
+        versions = [int(p.name.split(".")[0]) for p in log.iterdir()
+                    if p.name.endswith(".json") and p.name.split(".")[0].isdigit()]
+        return min(versions) if versions else 0
+
+    def version_at(self, name: str, when: datetime) -> int | None:
+        """The last version committed at or before `when`."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        found = [v for v, ts in self.timestamps(name).items() if ts <= when]
+        return max(found) if found else None
+
+    def apply_retention(self, name: str, retention_days: float) -> dict[str, Any]:
+        dt = self.open(name)
+        dt.create_checkpoint()
+        removed = dt.cleanup_metadata()
+        vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
+                             enforce_retention_duration=False, dry_run=False)
+        return {"oldest_version": self.oldest_version(name), "vacuumed_files": len(vacuumed),
+                "removed_logs": removed}
+
+    # ------------------------------------------------------------------ writes
+    def _commit(self, name: str, write: Callable[[DeltaTable, int, CommitProperties], Any],
+                dt: DeltaTable | None = None) -> tuple[int, Any]:
+        """Run `write(dt, next_version, props)` so it commits at exactly next_version."""
+        for _ in range(_ATTEMPTS):
+            dt = dt or self.open(name)
+            version = dt.version() + 1
+            try:
+                result = write(dt, version, CommitProperties(max_commit_retries=0))
+            except CommitFailedError:
+                dt = None  # lost a race: reload and stamp the next version
+                continue
+            except DeltaError as exc:
+                raise InvalidInputError(f"table {name!r}: {exc}") from exc
+            return version, result
+        raise VolumeStreamError(f"table {name!r}: too much write contention, gave up")
+
+    def insert(self, name: str, rows: pa.Table, *, columns: list[str] | None = None,
+               overwrite: bool = False) -> tuple[int, int]:
+        """Append (or overwrite with) `rows`, checked against the table's types. Returns
+        (version, rows written)."""
+        dt, schema, with_ids = self._layout(name)
+        rows = conform(rows, schema, table=name, columns=columns)
+
+        def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
+            data = rows
+            if with_ids:
+                n = data.num_rows
+                data = data.append_column(ROW_ID, pa.array(
+                    np.arange(n, dtype=np.int64) + (version << 32)))
+                data = data.append_column(ROW_VERSION, pa.array([version] * n, pa.int64()))
+            write_deltalake(dt, data, mode="overwrite" if overwrite else "append",
+                            commit_properties=props)
+            return data.num_rows
+
+        return self._commit(name, write, dt)
+
+    def update(self, name: str, assignments: dict[str, Any], where: Any = None
+               ) -> tuple[int, int]:
+        """UPDATE name SET col = expr, ... [WHERE cond]; returns (version, rows updated)."""
+        dt, schema, with_ids = self._layout(name)
+        cols = schema.names
+        updates = {self._column(name, cols, c): to_delta(e, columns=cols, table=name)
+                   for c, e in assignments.items()}
+        predicate = to_delta(where, columns=cols, table=name) if where is not None else None
+
+        def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
+            stamped = {_quote(c): e for c, e in updates.items()}
+            if with_ids:
+                stamped[_quote(ROW_VERSION)] = str(version)
+            metrics = dt.update(updates=stamped, predicate=predicate, commit_properties=props)
+            return int(metrics.get("num_updated_rows", 0))
+
+        return self._commit(name, write, dt)
+
+    def delete(self, name: str, where: Any = None) -> tuple[int, int]:
+        dt, schema, _ = self._layout(name)
+        predicate = to_delta(where, columns=schema.names, table=name) if where is not None \
+            else None
+
+        def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
+            metrics = dt.delete(predicate, commit_properties=props)
+            return int(metrics.get("num_deleted_rows", 0))
+
+        return self._commit(name, write, dt)
+
+    def merge(self, name: str, source: pa.Table, on: Any, clauses: list[MergeClause], *,
+              target_alias: str, source_alias: str) -> tuple[int, dict[str, Any]]:
+        """MERGE INTO name AS target_alias USING source AS source_alias ON on WHEN ...
+
+        Several source rows may match one target row as long as at most one clause applies to
+        each pair (the seed's stream-driven MERGE)."""
+        dt, schema, with_ids = self._layout(name)
+        cols = schema.names
+        new_id = "_vs_new_row_id"
+        source = _plain(source)
+        if with_ids:
+            source = source.append_column(new_id, pa.array(range(source.num_rows), pa.int64()))
+        predicate = to_delta(on, table=name)
+        plan = []
+        for clause in clauses:
+            cond = to_delta(clause.condition, table=name) if clause.condition is not None \
+                else None
+            sets = {self._column(name, cols, c): to_delta(e, table=name)
+                    for c, e in (clause.assignments or {}).items()}
+            plan.append((clause, cond, sets))
+
+        def write(dt: DeltaTable, version: int, props: CommitProperties) -> dict[str, Any]:
+            builder = dt.merge(source, predicate, source_alias=source_alias,
+                               target_alias=target_alias, commit_properties=props)
+            for clause, cond, sets in plan:
+                stamped = {_quote(c): e for c, e in sets.items()}
+                if with_ids and clause.action != "delete":
+                    stamped[_quote(ROW_VERSION)] = str(version)
+                    if clause.action == "insert":
+                        stamped[_quote(ROW_ID)] = (f"{version << 32} + "
+                                                   f"{_quote(source_alias)}.{_quote(new_id)}")
+                if clause.action == "update":
+                    builder = builder.when_matched_update(stamped, predicate=cond)
+                elif clause.action == "delete" and clause.matched:
+                    builder = builder.when_matched_delete(predicate=cond)
+                elif clause.action == "delete":
+                    builder = builder.when_not_matched_by_source_delete(predicate=cond)
+                else:
+                    builder = builder.when_not_matched_insert(stamped, predicate=cond)
+            return builder.execute()
+
+        return self._commit(name, write, dt)
+
+    @staticmethod
+    def _column(name: str, cols: list[str], col: str) -> str:
+        lookup = {c.lower(): c for c in cols}
+        stored = lookup.get(str(col).lower())
+        if stored is None:
+            raise InvalidInputError(f"table {name!r} has no column {col!r} (columns: "
+                                    f"{', '.join(cols)})")
+        return stored
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """delta-rs hands out view types (string_view, binary_view): normalise to plain ones."""
+    fields = []
+    for f in table.schema:
+        t = f.type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+            t = pa.binary()
+        fields.append(pa.field(f.name, t, metadata=f.metadata))
+    schema = pa.schema(fields)
+    return table if schema.equals(table.schema) else table.cast(schema)
