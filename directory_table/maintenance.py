@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from directory_table.errors import CommitConflict
 from directory_table.layout import (
     BUCKET_COLUMN,
     BUCKETS_KEY,
@@ -37,10 +38,9 @@ from directory_table.layout import (
     bucket_array,
     plain_types,
 )
-from directory_table.table import CommitConflict
 
-if TYPE_CHECKING:
-    from directory_table.table import DirectoryTable
+#: a `DirectoryTable` (not imported: the table imports this module)
+DirectoryTable = Any
 
 __all__ = ["MAINTENANCE_KEY", "OptimizeResult", "migrate", "optimize"]
 

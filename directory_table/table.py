@@ -27,6 +27,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
+from directory_table.errors import CommitConflict, TableMissing
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
@@ -62,14 +63,6 @@ _LOOKUP_GROUP = 200_000
 _ROW_COLUMNS = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                 "_event_time", "_image_version"]
 _TOMB_COLUMNS = ["relative_path", "_sequencer", "_event_time", "deleted_version"]
-
-
-class TableMissing(FileNotFoundError):
-    """No directory table at the given path."""
-
-
-class CommitConflict(RuntimeError):
-    """Another writer kept winning the race for the next version."""
 
 
 @dataclass(frozen=True)
