@@ -302,9 +302,10 @@ def test_drain_stops_before_its_own_messages_become_visible_again(notified_bucke
         rig.sqs.send_message_batch(QueueUrl=rig.queue_url, Entries=[
             {"Id": str(i), "MessageBody": s3_body(rig.bucket, f"in/d{start + i}")}
             for i in range(10)])
-    # a 1 s visibility: the drain must stop after ~0.5 s, long before receiving its own
-    # messages again; what it leaves stays on the queue for the next receive
-    with listen(rig, "in/", max_workers=2, visibility_timeout=1) as listener:
+    # a 3 s visibility: the drain must stop after ~1.5 s, long before receiving its own
+    # messages again; what it leaves stays on the queue for the next receive (1 s left too
+    # little slack for a single slow ReceiveMessage on a loaded 2-core machine)
+    with listen(rig, "in/", max_workers=2, visibility_timeout=3) as listener:
         started = time.monotonic()
         batch = listener.receive(timeout=2)
         elapsed = time.monotonic() - started
