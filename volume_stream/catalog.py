@@ -234,15 +234,16 @@ class Catalog:
     def consume(self, name: str) -> Iterator[Batch]:
         """Pin the stream's pending range; move the offset past it if the block succeeds.
 
-        An exception inside the block leaves the offset where it was, so a retry sees the same
-        range (and the same `batch_id`). If another consumer moved the offset meanwhile,
+        The range is recorded with the batch id before the block runs, so after an exception
+        (the offset stays where it was) the retry sees exactly the same range and `batch_id`;
+        files committed meanwhile go to the next batch. If another consumer moved the offset meanwhile,
         `ConsumeConflictError` is raised and the offset is not moved again.
 
         Example:
             >>> with cat.consume("s") as batch:
             ...     batch.df.write.mode("append").parquet("/out")
         """
-        records, spec, a, b = self.streams.pending(name)
+        records, spec, a, b = self.streams.pin(name)  # a retry of this batch id gets (a, b]
         batch = Batch(stream=name, df=self.spark.createDataFrame(records), records=records,
                       start_version=a, end_version=b, batch_id=spec["batch_id"])
         yield batch
