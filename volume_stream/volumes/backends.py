@@ -54,7 +54,8 @@ def _local_path(spec: VolumeSpec) -> str:
 def _local_lister(spec: VolumeSpec) -> Lister:
     from connectors.local import LocalLister
 
-    return LocalLister(_local_path(spec), recursive=spec.recursive)
+    return LocalLister(_local_path(spec), recursive=spec.recursive,
+                       hash_content=_content_hash(spec))
 
 
 def _local_reader(spec: VolumeSpec) -> ObjectReader:
@@ -71,7 +72,19 @@ def _local_listener(spec: VolumeSpec, notification: Any) -> Listener:
         raise ConfigError(f"volume {spec.name!r} is local; its notification must be LOCAL, "
                           f"not {getattr(note, 'type', note)!r}")
     return LocalListener(_local_path(spec), recursive=spec.recursive, debounce_s=note.debounce_s,
-                         polling=note.polling or None, poll_interval_s=note.poll_interval_s)
+                         polling=note.polling or None, poll_interval_s=note.poll_interval_s,
+                         hash_content=_content_hash(spec))
+
+
+def _content_hash(spec: VolumeSpec) -> bool:
+    """`content_hash=True`: a local volume's ETags hash the bytes (DESIGN §2), not mtime+size."""
+    value = spec.options.get("content_hash", False)
+    if not isinstance(value, bool):
+        if str(value).lower() not in ("true", "false"):
+            raise InvalidInputError(f"volume {spec.name!r}: content_hash must be true or false, "
+                                    f"not {value!r}")
+        value = str(value).lower() == "true"
+    return value
 
 
 
@@ -197,7 +210,8 @@ def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
 
 
 BACKENDS: dict[str, Backend] = {
-    "file": Backend(_local_lister, _local_reader, _local_listener),
+    "file": Backend(_local_lister, _local_reader, _local_listener,
+                    lambda: frozenset({"content_hash"})),
     "s3": Backend(_s3_lister, _s3_reader, _sqs_listener, _s3_options),
     "oss": Backend(_oss_lister, _oss_reader, _mns_listener, _oss_known),
 }

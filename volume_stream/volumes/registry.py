@@ -195,10 +195,12 @@ class VolumeRegistry:
                                                "last_modified_time", "_sequencer",
                                                "_event_time"])
         threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+        store_times = spec.scheme != "file"  # local mtimes are no clock (DESIGN §4.2)
         if listing.num_rows + stored.num_rows > threshold:
-            events, invalid = diff_listing_spark(self._spark(), listing, stored, started)
+            events, invalid = diff_listing_spark(self._spark(), listing, stored, started,
+                                                 store_times=store_times)
         else:
-            events, invalid = diff_listing(listing, stored, started)
+            events, invalid = diff_listing(listing, stored, started, store_times=store_times)
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
         result = table.apply(events, listed_at_version=base)
