@@ -164,7 +164,10 @@ class ObjectStore(LazyClient, ObjectReader, Lister):
 
     # -- Lister -------------------------------------------------------------------------------
     def list(self) -> Iterator[pa.RecordBatch]:
-        """Yield the volume's files in `LISTING_SCHEMA`, one batch per non-empty page."""
+        """Yield the volume's files in `LISTING_SCHEMA`, one batch per non-empty page.
+
+        Keys that are not safe relative paths are skipped and counted in `malformed`."""
+        self.malformed = 0
         for page in self._pages():
             batch = self._batch(page)
             if batch.num_rows:
@@ -177,6 +180,7 @@ class ObjectStore(LazyClient, ObjectReader, Lister):
             try:
                 relative = scope.relative_path(scope.bucket, key)
             except InvalidPathError as exc:
+                self.malformed = getattr(self, "malformed", 0) + 1
                 self.log.warning("skipping %s: %s", f"{scope.scheme}://{scope.bucket}/{key}", exc)
                 continue
             if relative is None:

@@ -3,6 +3,7 @@ notebook), else an embedded local session with settings suited to small driver-s
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -44,4 +45,17 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream") -> Spa
     )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    quiet_query_context_loggers()
     return session
+
+
+def quiet_query_context_loggers() -> None:
+    """Silence the loggers through which PySpark prints every analysis error (a JSON record with
+    the whole Java stack) before raising it: volume-stream converts the exception into its own
+    error with one message, and the CLI prints that."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # an older PySpark without them
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -48,17 +48,26 @@ __all__ = ["Batch", "Catalog", "RefreshMetrics", "connect"]
 class Batch:
     """One consumption: the pinned range (start_version, end_version] of a stream.
 
-    `df` is the Spark DataFrame of its change records, `records` the same as an Arrow table.
-    `batch_id` numbers the stream's committed batches from 0; a retried range gets the same id,
-    so sinks can use it to stay idempotent.
+    `df` is the Spark DataFrame of its change records (made on first use, so a consumer of
+    `records` alone needs no Spark), `records` the same as an Arrow table. `batch_id` numbers
+    the stream's committed batches from 0; a retried range gets the same id, so sinks can use
+    it to stay idempotent.
     """
 
     stream: str
-    df: DataFrame
     records: pa.Table
     start_version: int
     end_version: int
     batch_id: int
+    _spark: Any = field(default=None, repr=False, compare=False)
+    _df: DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def df(self) -> DataFrame:
+        if self._df is None:
+            spark = self._spark() if callable(self._spark) else self._spark
+            self._df = spark.createDataFrame(self.records)
+        return self._df
 
     @property
     def empty(self) -> bool:
@@ -259,17 +268,18 @@ class Catalog:
     def consume(self, name: str) -> Iterator[Batch]:
         """Pin the stream's pending range; move the offset past it if the block succeeds.
 
-        An exception inside the block leaves the offset where it was, so a retry sees the same
-        range (and the same `batch_id`). If another consumer moved the offset meanwhile,
+        The range is recorded with the batch id before the block runs, so after an exception
+        (the offset stays where it was) the retry sees exactly the same range and `batch_id`;
+        files committed meanwhile go to the next batch. If another consumer moved the offset meanwhile,
         `ConsumeConflictError` is raised and the offset is not moved again.
 
         Example:
             >>> with cat.consume("s") as batch:
             ...     batch.df.write.mode("append").parquet("/out")
         """
-        records, spec, a, b = self.streams.pending(name)
-        batch = Batch(stream=name, df=self.spark.createDataFrame(records), records=records,
-                      start_version=a, end_version=b, batch_id=spec["batch_id"])
+        records, spec, a, b = self.streams.pin(name)  # a retry of this batch id gets (a, b]
+        batch = Batch(stream=name, records=records, start_version=a, end_version=b,
+                      batch_id=spec["batch_id"], _spark=lambda: self.spark)
         yield batch
         if a == b and not spec["initial_pending"]:
             return  # nothing was pinned, nothing to move

@@ -43,6 +43,7 @@ from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -53,17 +54,11 @@ from watchdog.events import (
 )
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
-from watchdog.utils import UnsupportedLibcError
 
 from connectors.events import EventKind, FileEvent, InvalidPathError, utc_now
-from connectors.local.store import _check_key, _check_root, _etag, _mtime, _scan
+from connectors.local._inotify import InotifyFD, _InotifyFD, _InotifyObserver
+from connectors.local.store import _check_key, _check_root, _etag, _mtime, _scan, content_etag
 from connectors.protocols import Listener, Received
-
-try:  # inotify exists on Linux only; elsewhere the listener polls
-    from watchdog.observers.inotify import InotifyFullEmitter
-    from watchdog.observers.inotify_c import InotifyEvent, InotifyFD
-except (ImportError, OSError, UnsupportedLibcError):  # pragma: no cover - not Linux
-    InotifyFD = None  # type: ignore[assignment,misc]
 
 __all__ = ["LocalListener"]
 
@@ -73,7 +68,7 @@ _names = itertools.count(1)
 
 # What each backend has to report; everything else (opens, modifies, attribs) is filtered out
 # before it reaches the kernel mask or our queue.
-_INOTIFY_EVENTS = [FileClosedEvent, FileMovedEvent, FileDeletedEvent,
+_INOTIFY_EVENTS = [FileClosedEvent, FileMovedEvent, FileDeletedEvent, FileAttribEvent,
                    DirMovedEvent, DirDeletedEvent, DirCreatedEvent]
 _POLLING_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent,
                    DirMovedEvent, DirDeletedEvent]
@@ -102,7 +97,8 @@ class _PendingFiles:
 
     def __init__(self, root: str, *, recursive: bool, debounce_s: float, settle_s: float,
                  complete_on_close: bool, source_id: str, max_pending: int,
-                 stat: Callable[[str], os.stat_result] = os.lstat) -> None:
+                 stat: Callable[[str], os.stat_result] = os.lstat,
+                 hash_content: bool = False) -> None:
         self.root = root
         self.prefix = root if root.endswith(os.sep) else root + os.sep
         self.recursive = recursive
@@ -112,6 +108,7 @@ class _PendingFiles:
         self.source_id = source_id
         self.max_pending = max_pending
         self.stat = stat
+        self.hash_content = hash_content
         self.pending: dict[str, _Pending] = {}
         self.refresh_reasons: list[str] = []
         # A rename is complete by convention with inotify; polling cannot tell a rename of a
@@ -153,6 +150,12 @@ class _PendingFiles:
                 self._mark(dest, self._moved_in, at, wall)
         elif isinstance(event, FileClosedEvent):
             self._mark_key(event.src_path, _CREATE, at, wall)
+        elif isinstance(event, FileAttribEvent):
+            # `touch`, chmod, a hard link: a new mtime is a change, as it is to a listing
+            # (the etag is mtime and size); report the file once it is stable
+            key = self.relative(event.src_path)
+            if key is not None:
+                self._mark(key, _CANDIDATE, at, wall, weak=True)
         elif isinstance(event, FileDeletedEvent):
             self._mark_key(event.src_path, _REMOVE, at, wall)
         elif isinstance(event, (FileCreatedEvent, FileModifiedEvent)):
@@ -268,45 +271,10 @@ class _PendingFiles:
                 heapq.heappush(self._heap, (pending.deadline, key))
                 return None
         _check_key(key)
+        etag = content_etag(os.path.join(self.root, key)) if self.hash_content else _etag(st)
         return FileEvent.created(key, size=st.st_size, last_modified_time=_mtime(st),
-                                 etag=_etag(st), event_time=pending.event_time,
+                                 etag=etag, event_time=pending.event_time,
                                  source_id=self.source_id)
-
-
-if InotifyFD is not None:
-
-    class _InotifyFD(InotifyFD):
-        """watchdog's inotify reader, telling us when the kernel queue overflowed.
-
-        watchdog handles IN_Q_OVERFLOW itself (it rebuilds its watches) and only logs it; the
-        events are lost all the same, so the listener must ask for a refresh.
-        """
-
-        def __init__(self, on_overflow: Callable[[], None]) -> None:
-            super().__init__()
-            self._on_overflow = on_overflow
-
-        def handle_event(self, event: InotifyEvent) -> None:
-            if event.is_queue_overflow:
-                self._on_overflow()
-            super().handle_event(event)
-
-    class _InotifyObserver(BaseObserver):
-        """An inotify observer on our own `_InotifyFD`, reporting unpaired moves as moves.
-
-        `InotifyFullEmitter` turns a rename from outside the watched tree into
-        `FileMovedEvent("", dest)` instead of `FileCreatedEvent`, which is what tells a
-        rename-into-place from a file that is only being created.
-        """
-
-        def __init__(self, inotify_fd: _InotifyFD) -> None:
-            super().__init__(InotifyFullEmitter, inotify_fd=inotify_fd)
-            self._inotify_fd = inotify_fd
-
-        def on_thread_stop(self) -> None:
-            super().on_thread_stop()
-            self._inotify_fd.stop()
-            self._inotify_fd.join()
 
 
 class _Enqueue(FileSystemEventHandler):
@@ -338,9 +306,16 @@ class LocalListener(Listener):
         max_pending: Bound on queued raw events and on pending paths; beyond it they are
             dropped and the next `Received` asks for a refresh.
         clock: Monotonic clock for the debounce (injectable for tests).
+        hash_content: ETags are hashes of the files' bytes (as `LocalLister(hash_content=True)`
+            gives), not mtime and size; every reported file is read once.
 
-    Limitations: hard links made into the volume (IN_CREATE only) and `touch` of an existing
-    file (attributes only) are not reported; a refresh picks them up. Files found in a new
+    What is a change is the lister's rule: a new size or modification time (the ETag), so a
+    `touch` of an existing file (IN_ATTRIB) is reported once the file is stable, and a chmod
+    alone changes nothing. With `hash_content=True` the ETag is a hash of the bytes instead:
+    a same-size rewrite whose mtime was restored is seen, a `touch` is not a change.
+
+    Limitations: hard links made into the volume (IN_CREATE only) are not reported; a refresh
+    picks them up. Files found in a new
     directory whose close the watch missed are reported once stable for `debounce_s`.
     watchdog skips, without a word, sub-directories it cannot watch (permissions, the
     `fs.inotify.max_user_watches` limit once the root's own watch succeeded); size that limit
@@ -354,7 +329,8 @@ class LocalListener(Listener):
 
     def __init__(self, root: str | Path, *, recursive: bool = True, debounce_s: float = 0.2,
                  polling: bool | None = None, poll_interval_s: float = 1.0,
-                 max_pending: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_pending: int = 100_000, clock: Callable[[], float] = time.monotonic,
+                 hash_content: bool = False) -> None:
         if debounce_s < 0 or poll_interval_s <= 0 or max_pending < 1:
             raise ValueError("need debounce_s >= 0, poll_interval_s > 0 and max_pending >= 1")
         self.root = _check_root(root)
@@ -372,7 +348,7 @@ class LocalListener(Listener):
         self._state = _PendingFiles(
             self.root, recursive=recursive, debounce_s=debounce_s, settle_s=settle_s,
             complete_on_close=self.backend == "inotify", source_id=self.backend,
-            max_pending=max_pending)
+            max_pending=max_pending, hash_content=hash_content)
 
     def __repr__(self) -> str:
         return (f"LocalListener({self.root!r}, recursive={self.recursive}, "

@@ -4,7 +4,9 @@
 checked to stay inside the root. Symlinks are skipped everywhere, so a volume never reaches
 outside its root through a link; non-regular files (fifos, sockets, devices) too. ETags are
 `f"{st_mtime_ns:x}-{st_size:x}"`, the same in events (`connectors.local.listener`) and
-listings.
+listings: a change is a new size or a new modification time. A rewrite with the same size whose
+mtime was put back is invisible to both; `hash_content=True` makes the ETag a hash of the
+bytes instead (`content_etag`), at the cost of reading every file listed.
 
     >>> rows = sum(b.num_rows for b in list_local("/data/in"))   # doctest: +SKIP
 """
@@ -12,6 +14,7 @@ listings.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -26,7 +29,7 @@ from connectors.errors import ObjectNotFoundError
 from connectors.events import InvalidPathError, validate_relative_path
 from connectors.protocols import LISTING_SCHEMA, Lister, ObjectReader
 
-__all__ = ["LocalLister", "LocalReader", "file_url", "list_local"]
+__all__ = ["LocalLister", "LocalReader", "content_etag", "file_url", "list_local"]
 
 logger = logging.getLogger("connectors.local")
 
@@ -59,6 +62,15 @@ def _mtime(st: os.stat_result) -> datetime:
 
 def _etag(st: os.stat_result) -> str:
     return f"{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+def content_etag(path: str) -> str:
+    """The ETag of a file's bytes (BLAKE2b, 128 bits), for volumes with `hash_content`."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return "b2-" + digest.hexdigest()
 
 
 def _check_key(relative_path: str) -> str:
@@ -132,6 +144,8 @@ class LocalLister(Lister):
         root: The volume's directory.
         recursive: List nested files too; else only direct children.
         batch_size: Rows per RecordBatch.
+        hash_content: ETags are `content_etag` hashes of the bytes (every file is read), not
+            mtime and size; a file that cannot be read is skipped and counted in `malformed`.
 
     Raises (from `list`, at once):
         FileNotFoundError / NotADirectoryError / PermissionError: naming the root; a
@@ -142,12 +156,14 @@ class LocalLister(Lister):
         >>> table = pa.Table.from_batches(batches, schema=LISTING_SCHEMA)   # doctest: +SKIP
     """
 
-    def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000) -> None:
+    def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000,
+                 hash_content: bool = False) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1: {batch_size}")
         self.root = os.fspath(root)
         self.recursive = recursive
         self.batch_size = batch_size
+        self.hash_content = hash_content
         self.malformed = 0
 
     def __repr__(self) -> str:
@@ -175,10 +191,22 @@ class LocalLister(Lister):
                 if self.malformed <= 10:
                     logger.warning("skipping %s: %s", os.path.join(root, key), exc)
                 continue
+            if self.hash_content:
+                try:
+                    etag = content_etag(os.path.join(root, key))
+                except FileNotFoundError:
+                    continue  # deleted since the scan
+                except OSError as exc:
+                    self.malformed += 1
+                    logger.warning("skipping %s: cannot read it to hash: %s",
+                                   os.path.join(root, key), exc)
+                    continue
+            else:
+                etag = _etag(st)
             paths.append(key)
             sizes.append(st.st_size)
             mtimes.append(st.st_mtime_ns // 1000)
-            etags.append(_etag(st))
+            etags.append(etag)
             if len(paths) >= self.batch_size:
                 yield _listing_batch(paths, sizes, mtimes, etags)
                 paths, sizes, mtimes, etags = [], [], [], []

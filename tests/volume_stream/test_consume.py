@@ -104,3 +104,41 @@ def test_state_persists_across_connect(catalog, volume, ev, spark):
     again = vs.connect(catalog.warehouse.root, spark=spark)
     assert [v["name"] for v in again.list_volumes()] == ["vol"]
     assert again.describe_stream("s")["offset"] == 1
+
+
+def test_retry_after_failure_gets_exactly_the_pinned_range(catalog, volume, ev):
+    """A batch id names one range: a file arriving between a failure and its retry is not
+    folded into the retried batch (a sink skipping batch ids it already wrote would lose it)."""
+    catalog.create_stream("s", volume)
+    apply(catalog, volume, ev.put("a.txt"))
+    with pytest.raises(RuntimeError):
+        with catalog.consume("s") as batch:
+            assert (batch.start_version, batch.end_version, batch.batch_id) == (0, 1, 0)
+            raise RuntimeError("sink failed after writing batch 0")
+    apply(catalog, volume, ev.put("b.txt"))  # arrives before the retry
+    info = catalog.describe_stream("s")
+    assert info["offset"] == 0 and info["batch_id"] == 0
+    with catalog.consume("s") as batch:  # the retry: batch 0 is still (0, 1]
+        assert (batch.start_version, batch.end_version, batch.batch_id) == (0, 1, 0)
+        assert rows(batch.records) == [("INSERT", "a.txt", 1, 1)]
+    with catalog.consume("s") as batch:  # the next batch takes the rest
+        assert (batch.start_version, batch.end_version, batch.batch_id) == (1, 2, 1)
+        assert rows(batch.records) == [("INSERT", "b.txt", 1, 2)]
+    with catalog.consume("s") as batch:
+        assert batch.empty and batch.batch_id == 2
+    assert catalog.describe_stream("s")["offset"] == 2
+
+
+def test_sql_retry_keeps_the_pinned_range(catalog, volume, ev, db):
+    catalog.create_stream("s", volume)
+    apply(catalog, volume, ev.put("a.txt"))
+    catalog.spark.sql("CREATE TABLE sink (relative_path STRING) USING parquet")
+    with pytest.raises(vs.VolumeStreamError):
+        catalog.sql("INSERT INTO sink SELECT relative_path FROM s WHERE no_such_column = 1")
+    apply(catalog, volume, ev.put("b.txt"))
+    result = catalog.sql("INSERT INTO sink SELECT relative_path FROM s")
+    assert result.offsets["s"]["end"] == 1 and result.offsets["s"]["batch_id"] == 0
+    result = catalog.sql("INSERT INTO sink SELECT relative_path FROM s")
+    assert result.offsets["s"]["end"] == 2 and result.offsets["s"]["batch_id"] == 1
+    got = sorted(r[0] for r in catalog.spark.sql("SELECT relative_path FROM sink").collect())
+    assert got == ["a.txt", "b.txt"]

@@ -19,6 +19,7 @@ import volume_stream as vs
 from connectors.base import Received
 from connectors.errors import ConnectorError
 from connectors.events import FileEvent
+from connectors.memory import MemoryListener
 from volume_stream.config.daemon import DaemonConfig
 from volume_stream.daemon import Daemon
 from volume_stream.errors import ConfigError
@@ -156,10 +157,12 @@ def test_local_volume_end_to_end_with_metrics_and_probes(tmp_path):
         assert 'volume_stream_events_received_total{volume="landing"}' in text
         assert metric(daemon, "volume_stream_refreshes_total", volume="landing",
                       reason="start") == 1
-        assert metric(daemon, "volume_stream_events_applied_total", volume="landing") >= 2
-        assert metric(daemon, "volume_stream_directory_files", volume="landing") == 2
-        assert metric(daemon, "volume_stream_directory_version", volume="landing") \
-            == cat.directory_table("landing").version()
+        # the gauges are sampled every stats_interval_s: wait for them, do not read them once
+        wait_for(lambda: metric(daemon, "volume_stream_events_applied_total",
+                                volume="landing") >= 2)
+        wait_for(lambda: metric(daemon, "volume_stream_directory_files", volume="landing") == 2)
+        wait_for(lambda: metric(daemon, "volume_stream_directory_version", volume="landing")
+                 == cat.directory_table("landing").version())
     assert not any(r.alive for r in daemon.runners.values())
     assert cat.refresh("landing").version is None  # the table equals a fresh listing
 
@@ -254,6 +257,39 @@ def test_poison_message_alone_is_held_when_the_listener_links_handles(tmp_path, 
         wait_for(lambda: rig.opened and rig.opened[0].acks)
     assert paths(rig.table) == ["ok.txt"]
     assert [h for h, _ in rig.opened[0].acks] == [("h1",)]  # only the poison's message is held
+
+
+def test_poison_message_alone_is_held_by_source_handles(tmp_path, rig):
+    good = FileEvent.created("ok.txt", size=1, last_modified_time=T0, event_time=T0,
+                             source_id="m1")
+    rig.scripts.append([Received(events=(good, huge("huge.bin", "mp")), handles=("h1", "hp"),
+                                 source_handles={"m1": "h1", "mp": "hp"})])
+    cfg = config(tmp_path, volumes={"vol": {"max_wait_s": 0, "refresh_on_start": False}},
+                 poison_after=1)
+    with Daemon(cfg, catalog=rig.cat, open_watcher=rig.open_watcher):
+        wait_for(lambda: rig.opened and rig.opened[0].acks)
+    assert paths(rig.table) == ["ok.txt"]
+    assert [h for h, _ in rig.opened[0].acks] == [("h1",)]
+
+
+def test_poison_event_on_a_memory_queue_is_dead_lettered_the_rest_acked(tmp_path, rig):
+    """The real in-memory listener: one message of three carries a poison event; it alone
+    stays on the queue (for its redrive policy), the two others are acknowledged."""
+    listener = MemoryListener()
+    ids = [listener.send(put(1)), listener.send(huge("huge.bin")), listener.send(put(2))]
+
+    def open_watcher(name):
+        return VolumeWatcher(rig.table, listener, lambda p: True, lambda: rig.cat.refresh(name))
+
+    cfg = config(tmp_path, volumes={"vol": {"max_wait_s": 0.2, "refresh_on_start": False}},
+                 poison_after=1)
+    with Daemon(cfg, catalog=rig.cat, open_watcher=open_watcher) as daemon:
+        wait_for(lambda: sorted(listener.acked) == sorted([ids[0], ids[2]]))
+    assert paths(rig.table) == ["f001.txt", "f002.txt"]
+    assert ids[1] not in listener.acked  # left on the queue, not deleted
+    (line,) = (tmp_path / "wh" / "_dead_letter" / "vol.jsonl").read_text().splitlines()
+    assert json.loads(line)["event"]["source_id"] == ids[1]
+    assert metric(daemon, "volume_stream_events_poison_total", volume="vol") == 1
 
 
 def huge(name, source_id=None):

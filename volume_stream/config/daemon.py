@@ -51,7 +51,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from connectors.secrets import is_secret
 from volume_stream.errors import ConfigError
 from volume_stream.streams.changes import StreamMode
+from volume_stream.volumes.backends import check_options
 from volume_stream.volumes.notifications import notification_from_dict, notification_types
+from volume_stream.volumes.spec import VolumeSpec
+from volume_stream.warehouse import STREAM, VOLUME, check_name
 
 __all__ = [
     "DaemonConfig",
@@ -238,6 +241,19 @@ class DaemonConfig(BaseSettings):
         return value.upper() if isinstance(value, str) else value
 
     @model_validator(mode="after")
+    def _valid_names_and_options(self) -> DaemonConfig:
+        # the same checks create_volume / create_stream make, so `config check` refuses what
+        # the daemon would refuse at start
+        for name, volume in self.volumes.items():
+            check_name(VOLUME, name)
+            for stream in volume.streams:
+                check_name(STREAM, stream)
+            location = volume.location or ""
+            check_options(VolumeSpec(name=name, id="", location=location if "://" in location
+                                     else "file:///", options=dict(volume.options)))
+        return self
+
+    @model_validator(mode="after")
     def _something_to_do(self) -> DaemonConfig:
         if not any(v.enabled for v in self.volumes.values()) and \
                 not any(p.enabled for p in self.pipelines.values()):
@@ -262,6 +278,9 @@ class DaemonConfig(BaseSettings):
             text = file.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"config file {file} does not exist") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {file} is not UTF-8 text (byte {exc.start}: "
+                              f"{exc.reason}); TOML files are UTF-8") from None
         except OSError as exc:
             raise ConfigError(f"config file {file} cannot be read: {exc}") from exc
         try:

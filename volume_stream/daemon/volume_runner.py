@@ -68,7 +68,7 @@ class _Batch:
     attempts: int = 0
     released: bool = False  # nothing commits: give the messages back unacknowledged
     poisoned: list[FileEvent] = field(default_factory=list)  # dead-lettered events
-    #: message id -> handle, when the listener says (`Received.info["handle_of_source"]`)
+    #: event source_id -> message handle, when the listener says (`Received.source_handles`)
     handle_of: dict[str, Any] = field(default_factory=dict)
 
 
@@ -339,8 +339,9 @@ class VolumeRunner(LoopThread):
         backlog = info.get("backlog", info.get("pending"))
         if isinstance(backlog, int | float):
             m.queue_backlog.labels(v).set(backlog)
-        handle_of = info.get("handle_of_source")
-        if isinstance(handle_of, dict):
+        # which message carried each event, so only a poison event's message is held
+        handle_of = received.source_handles or info.get("handle_of_source")
+        if handle_of:
             batch.handle_of.update(handle_of)
         batch.events.extend(accepted)
         batch.handles.extend(received.handles)

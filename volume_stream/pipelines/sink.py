@@ -62,6 +62,10 @@ def resolve_target(warehouse_root: Path, target: str) -> str:
     if parsed.scheme and len(parsed.scheme) > 1:
         return target.rstrip("/")
     if "/" in target or os.sep in target or target.startswith("."):
+        if not os.path.isabs(os.path.expanduser(target)) and ".." in Path(target).parts:
+            raise InvalidInputError(
+                f"target {target!r} climbs out with '..': give a bare name (a table under "
+                f"{Path(warehouse_root) / 'tables'}) or an absolute path or URI")
         return os.path.abspath(os.path.expanduser(target))
     if not _NAME.match(target):
         raise InvalidInputError(f"invalid target name {target!r}: use letters, digits and '_' "

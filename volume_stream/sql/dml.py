@@ -163,6 +163,8 @@ def analyze(statement: Statement, streams: dict[str, str], udfs: set[str],
     label = _label(tree)
     if isinstance(tree, _NO_TABLES):
         if isinstance(tree, exp.Command) and _token_scan(statement, streams):
+            if spark_parse is not None:  # a misspelled statement is a syntax error first
+                spark_parse(Analysis("other", statement.keyword, edits=edits).text(text))
             raise InvalidInputError(f"a {label} statement cannot read streams (line "
                                     f"{statement.line}); read them in a SELECT or INSERT")
         return Analysis("other", label, edits=edits)

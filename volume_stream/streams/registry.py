@@ -74,8 +74,7 @@ class StreamRegistry:
     def _start(table: Any, on_volume: str, at_timestamp: datetime | str | None) -> int:
         if at_timestamp is None:
             return table.version()
-        when = (datetime.fromisoformat(at_timestamp) if isinstance(at_timestamp, str)
-                else at_timestamp)
+        when = _timestamp(at_timestamp)
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         offset = table.version_at(when)
@@ -99,7 +98,7 @@ class StreamRegistry:
         return self.warehouse.mutate(drop)
 
     def list(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in spec.items() if k not in ("volume_id", "table_id")}
+        return [{k: v for k, v in spec.items() if k not in ("volume_id", "table_id", "pinned")}
                 for (kind, _), spec in sorted(self.warehouse.read().items()) if kind == STREAM]
 
     def spec(self, name: str) -> tuple[dict[str, Any], VolumeSpec]:
@@ -131,6 +130,36 @@ class StreamRegistry:
         a, b = spec["offset"], self.latest_version(volume)
         return self.records_between(name, spec, volume, a, b), spec, a, b
 
+    def pin(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
+        """(records, spec, a, b) of the stream's next batch, its range recorded with its batch id.
+
+        Like Spark's offset log: before a consumer runs, (a, b] is written to the catalog beside
+        the batch id, so a retry of that batch id after a failure sees exactly (a, b] even if
+        files arrived meanwhile (they go to the next batch). An unchanged offset with nothing
+        pending is not recorded.
+        """
+        spec, volume = self.spec(name)
+        a, batch_id = spec["offset"], spec["batch_id"]
+        end = _pinned_end(spec)
+        if end is None:
+            b = self.latest_version(volume)
+            if a == b and not spec["initial_pending"]:
+                return self.records_between(name, spec, volume, a, b), spec, a, b
+
+            def record(state: CatalogState) -> int:
+                current = entry(state, STREAM, name)
+                if current["volume_id"] != spec["volume_id"] or current["offset"] != a \
+                        or current["batch_id"] != batch_id:
+                    raise ConsumeConflictError(name, a, current["offset"])
+                pinned = _pinned_end(current)
+                if pinned is not None:  # another consumer pinned this batch first
+                    return pinned
+                current["pinned"] = {"batch_id": batch_id, "start": a, "end": b}
+                return b
+
+            end = self.warehouse.mutate(record)
+        return self.records_between(name, spec, volume, a, end), spec, a, end
+
     def records_between(self, name: str, spec: dict[str, Any], volume: VolumeSpec, a: int,
                         b: int) -> pa.Table:
         """The change records stream `name` (with `spec`, on `volume`) shows for exactly (a, b].
@@ -156,6 +185,7 @@ class StreamRegistry:
                 raise ConsumeConflictError(name, start, spec["offset"])
             spec.update(offset=end, batch_id=batch_id + 1, initial_pending=False,
                         consumed_at=now())
+            spec.pop("pinned", None)
 
         self.warehouse.mutate(advance)
 
@@ -166,9 +196,32 @@ class StreamRegistry:
         spec, volume = self.spec(name)
         with converted(f"stream {name!r}"):
             table = self.volumes.table(volume)
-            info = {k: v for k, v in spec.items() if k != "volume_id"}
+            info = {k: v for k, v in spec.items() if k not in ("volume_id", "pinned")}
+            info["pinned_end"] = _pinned_end(spec)
             info["latest_version"] = table.version()
             info["oldest_version"] = table.oldest_version()
         info["stale"] = spec["offset"] < info["oldest_version"]
         info["pending_changes"] = None if info["stale"] else self.pending(name)[0].num_rows
         return info
+
+
+def _pinned_end(spec: dict[str, Any]) -> int | None:
+    """The end version recorded for the stream's current batch, if a consumer pinned it."""
+    pinned = spec.get("pinned")
+    if pinned and pinned.get("batch_id") == spec["batch_id"] \
+            and pinned.get("start") == spec["offset"]:
+        return int(pinned["end"])
+    return None
+
+
+def _timestamp(value: Any) -> datetime:
+    """`at_timestamp` as a datetime: a datetime or an ISO 8601 string."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    raise InvalidInputError(f"at_timestamp {value!r} is not a datetime or an ISO 8601 time "
+                            f"such as '2026-01-31T12:00:00+00:00'")

@@ -8,6 +8,8 @@ region, profile, credentials...) go to the connector.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from volume_stream.volumes.notifications import (
 )
 from volume_stream.volumes.spec import VolumeSpec
 
-__all__ = ["BACKENDS", "OWN_OPTIONS", "Backend", "backend_for", "normalize_location"]
+__all__ = ["BACKENDS", "OWN_OPTIONS", "Backend", "backend_for", "check_options",
+           "normalize_location"]
 
 #: volume options volume-stream itself reads; everything else goes to the connector
 OWN_OPTIONS = frozenset({"include", "exclude", "data_retention_days", "spark_diff_threshold"})
@@ -32,11 +35,16 @@ OWN_OPTIONS = frozenset({"include", "exclude", "data_retention_days", "spark_dif
 
 @dataclass(frozen=True)
 class Backend:
-    """How to list, read and listen to volumes of one URL scheme."""
+    """How to list, read and listen to volumes of one URL scheme.
+
+    `options` returns the connector options its lister and reader take (besides
+    `OWN_OPTIONS`); `create_volume` refuses any other (`check_options`).
+    """
 
     lister: Callable[[VolumeSpec], Lister]
     reader: Callable[[VolumeSpec], ObjectReader]
     listener: Callable[[VolumeSpec, Any], Listener]
+    options: Callable[[], frozenset[str]] = frozenset
 
 
 def _local_path(spec: VolumeSpec) -> str:
@@ -46,7 +54,8 @@ def _local_path(spec: VolumeSpec) -> str:
 def _local_lister(spec: VolumeSpec) -> Lister:
     from connectors.local import LocalLister
 
-    return LocalLister(_local_path(spec), recursive=spec.recursive)
+    return LocalLister(_local_path(spec), recursive=spec.recursive,
+                       hash_content=_content_hash(spec))
 
 
 def _local_reader(spec: VolumeSpec) -> ObjectReader:
@@ -63,9 +72,38 @@ def _local_listener(spec: VolumeSpec, notification: Any) -> Listener:
         raise ConfigError(f"volume {spec.name!r} is local; its notification must be LOCAL, "
                           f"not {getattr(note, 'type', note)!r}")
     return LocalListener(_local_path(spec), recursive=spec.recursive, debounce_s=note.debounce_s,
-                         polling=note.polling or None, poll_interval_s=note.poll_interval_s)
+                         polling=note.polling or None, poll_interval_s=note.poll_interval_s,
+                         hash_content=_content_hash(spec))
 
 
+def _content_hash(spec: VolumeSpec) -> bool:
+    """`content_hash=True`: a local volume's ETags hash the bytes (DESIGN §2), not mtime+size."""
+    value = spec.options.get("content_hash", False)
+    if not isinstance(value, bool):
+        if str(value).lower() not in ("true", "false"):
+            raise InvalidInputError(f"volume {spec.name!r}: content_hash must be true or false, "
+                                    f"not {value!r}")
+        value = str(value).lower() == "true"
+    return value
+
+
+
+
+def check_options(spec: VolumeSpec) -> None:
+    """Refuse options nobody reads (a misspelled `exlude=` would be stored and ignored),
+    naming the known ones and the closest matches."""
+    known = OWN_OPTIONS | backend_for(spec).options()
+    unknown = sorted(set(spec.options) - known)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=2)
+        hints.append(f"{name!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)"
+                                    if close else ""))
+    raise InvalidInputError(f"volume {spec.name!r}: unknown option(s) {', '.join(hints)}; "
+                            f"known options for {spec.scheme}:// volumes: "
+                            f"{', '.join(sorted(known))}")
 
 
 def register_backend(scheme: str, backend: Backend) -> None:
@@ -114,6 +152,12 @@ def _s3_reader(spec: VolumeSpec) -> ObjectReader:
     return S3Reader(bucket, prefix, **_connector_options(spec))
 
 
+def _s3_options() -> frozenset[str]:
+    from connectors._aws import ClientOptions
+
+    return frozenset({f.name for f in dataclasses.fields(ClientOptions)})
+
+
 def _sqs_listener(spec: VolumeSpec, notification: Any) -> Listener:
     from connectors.sqs import SqsListener
 
@@ -150,6 +194,10 @@ def _oss_reader(spec: VolumeSpec) -> ObjectReader:
     return OssReader(bucket, prefix, **_oss_options(spec))
 
 
+def _oss_known() -> frozenset[str]:
+    return frozenset({"endpoint", "connect_timeout", "is_path_style", *_OSS_ACCESS})
+
+
 def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
     from connectors.mns import MnsListener
 
@@ -162,9 +210,10 @@ def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
 
 
 BACKENDS: dict[str, Backend] = {
-    "file": Backend(_local_lister, _local_reader, _local_listener),
-    "s3": Backend(_s3_lister, _s3_reader, _sqs_listener),
-    "oss": Backend(_oss_lister, _oss_reader, _mns_listener),
+    "file": Backend(_local_lister, _local_reader, _local_listener,
+                    lambda: frozenset({"content_hash"})),
+    "s3": Backend(_s3_lister, _s3_reader, _sqs_listener, _s3_options),
+    "oss": Backend(_oss_lister, _oss_reader, _mns_listener, _oss_known),
 }
 
 

@@ -43,20 +43,25 @@ def _differs(left: pa.Table, col: str) -> pa.ChunkedArray:
     return pc.invert(pc.or_(eq, pc.and_(pc.is_null(a), pc.is_null(b))))
 
 
-def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime,
-                 ) -> tuple[list[FileEvent], int]:
+def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
+                 store_times: bool = True) -> tuple[list[FileEvent], int]:
     """Events that make `stored` (relative_path, size, etag, last_modified_time, _sequencer,
     _event_time) equal to `listing`, joined in Arrow. Returns (events, invalid_paths).
 
     Apply them with `DirectoryTable.apply(events, listed_at_version=<the stored version>)`: they
-    are ordered by versions, not by clocks."""
+    are ordered by versions, not by clocks.
+
+    `store_times`: a created file's event time is its modification time, set by the store's
+    clock as its events' times are (object stores). With False (local folders, whose mtimes
+    anyone can set: `touch -d`, `cp -p`, archives) it is `listed_at`, the clock the local
+    listener stamps its events with, so a later event is always newer (DESIGN §4.2)."""
     stored = stored.select(_KEYS + _ORDER).rename_columns(["relative_path"] + _STORED + _ORDER)
     joined = listing.select(_KEYS).join(stored, "relative_path", join_type="full outer")
-    return _events(joined, listed_at)
+    return _events(joined, listed_at, store_times)
 
 
-def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime,
-                       ) -> tuple[list[FileEvent], int]:
+def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
+                       store_times: bool = True) -> tuple[list[FileEvent], int]:
     """`diff_listing` with the join in Spark; only differing rows return to the driver."""
     from pyspark.sql import functions as F
 
@@ -70,7 +75,8 @@ def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: da
             & (~no_etag | F.col("last_modified_time").eqNullSafe(
                 F.col("last_modified_time_stored"))))
     differing = joined.where(~same).select(*_KEYS, *_STORED, *_ORDER).toArrow()
-    return _events(differing.cast(_joined_schema(listing.schema, stored.schema)), listed_at)
+    return _events(differing.cast(_joined_schema(listing.schema, stored.schema)), listed_at,
+                   store_times)
 
 
 def _joined_schema(listing: pa.Schema, stored: pa.Schema) -> pa.Schema:
@@ -79,7 +85,8 @@ def _joined_schema(listing: pa.Schema, stored: pa.Schema) -> pa.Schema:
                      + [stored.field(c) for c in _ORDER])
 
 
-def _events(joined: pa.Table, listed_at: datetime) -> tuple[list[FileEvent], int]:
+def _events(joined: pa.Table, listed_at: datetime, store_times: bool,
+            ) -> tuple[list[FileEvent], int]:
     present = pc.is_valid(joined["size"])
     was_stored = pc.is_valid(joined["size_stored"])
     # The etag (with the size) decides when both sides have one: object stores report
@@ -96,9 +103,11 @@ def _events(joined: pa.Table, listed_at: datetime) -> tuple[list[FileEvent], int
     for path, size, etag, lmt in zip(cols["relative_path"], cols["size"], cols["etag"],
                                      cols["last_modified_time"], strict=True):
         try:
-            # the object's own time (the store's clock), so later events compare against it
+            # an object's own time (the store's clock), so later events compare against it;
+            # a local file's mtime is no clock: the listing's time is
+            when = (lmt or listed_at) if store_times else listed_at
             events.append(FileEvent(EventKind.CREATED, path, size=size, etag=etag,
-                                    last_modified_time=lmt, event_time=lmt or listed_at,
+                                    last_modified_time=lmt, event_time=when,
                                     source_id="refresh"))
         except InvalidPathError:
             invalid += 1

@@ -22,7 +22,7 @@ from volume_stream.errors import (
     InvalidInputError,
     converted,
 )
-from volume_stream.volumes.backends import backend_for, normalize_location
+from volume_stream.volumes.backends import backend_for, check_options, normalize_location
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import diff_listing, diff_listing_spark, read_listing
 from volume_stream.volumes.spec import VolumeSpec
@@ -115,8 +115,15 @@ class VolumeRegistry:
 
     @staticmethod
     def _check_options(spec: VolumeSpec) -> None:
-        # Building a lister validates the connector options; clients and credentials are lazy,
-        # so this makes no call and needs no secret.
+        # Unknown option names are refused; building a lister validates the connector
+        # options' values (clients and credentials are lazy: no call, no secret needed).
+        check_options(spec)
+        for key in ("include", "exclude"):
+            value = spec.options.get(key)
+            if value is not None and not (isinstance(value, str) or (
+                    isinstance(value, list | tuple) and all(isinstance(v, str) for v in value))):
+                raise InvalidInputError(f"volume {spec.name!r}: {key} must be a glob or a list "
+                                        f"of globs, not {value!r}")
         try:
             backend_for(spec).lister(spec)
         except TypeError as exc:
@@ -188,10 +195,14 @@ class VolumeRegistry:
                                                "last_modified_time", "_sequencer",
                                                "_event_time"])
         threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+        store_times = spec.scheme != "file"  # local mtimes are no clock (DESIGN §4.2)
         if listing.num_rows + stored.num_rows > threshold:
-            events, invalid = diff_listing_spark(self._spark(), listing, stored, started)
+            events, invalid = diff_listing_spark(self._spark(), listing, stored, started,
+                                                 store_times=store_times)
         else:
-            events, invalid = diff_listing(listing, stored, started)
+            events, invalid = diff_listing(listing, stored, started, store_times=store_times)
+        # names the lister skipped as unsafe (backslash, control character, undecodable)
+        invalid += int(getattr(lister, "malformed", 0) or 0)
         result = table.apply(events, listed_at_version=base)
         seconds = (datetime.now(UTC) - started).total_seconds()
         log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listing.num_rows,

@@ -74,7 +74,11 @@ class Warehouse:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).expanduser().resolve()
         self.catalog_path = str(self.root / "_catalog")
-        self._open_or_init()
+        try:
+            self._open_or_init()
+        except OSError as exc:  # a folder that cannot be made or read: /proc/x, no permission
+            raise WarehouseError(f"warehouse {self.root} cannot be opened or created: "
+                                 f"{exc.strerror or exc}") from exc
 
     def _open_or_init(self) -> None:
         marker = self.root / MARKER

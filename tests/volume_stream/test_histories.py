@@ -1,0 +1,284 @@
+"""Random histories against an oracle (issue 16): a hypothesis state machine writes, overwrites,
+renames, touches and deletes files with odd names in a real folder, refreshes the volume, and
+creates and consumes STANDARD and APPEND_ONLY streams (with and without initial rows, the
+consumer's block succeeding or raising). Every result is checked against an oracle computed from
+snapshots of the folder alone:
+
+* the directory table after a refresh = the folder's listing (unsafe names left out, counted);
+* STANDARD = the minimal per-file diff between the offset's snapshot and the latest;
+* APPEND_ONLY = every appearance of a path in a version of the range;
+* the offset and batch id move only when the block succeeds; a retry after a failure sees
+  exactly the range pinned first (DESIGN §5).
+
+Arrow read path only (no Spark), so a history costs a few Delta commits per step. Profiles:
+`fast` (default, part of `make test`) and `soak` (`make soak`: HYPOTHESIS_PROFILE=soak).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+import volume_stream as vs
+
+settings.register_profile("fast", max_examples=30, stateful_step_count=25, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("soak", max_examples=400, stateful_step_count=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+#: safe odd names (spaces, non-ASCII, URL characters, hidden files, nesting)
+SAFE = ["a.txt", "b b.txt", "ü-名.bin", "c+d%20e.txt", ".hidden", "deep/x.txt",
+        "deep/er/y z.txt", "deep/er/#q?.txt"]
+#: names a volume cannot hold as keys: skipped by refresh and counted as invalid
+UNSAFE = ["back\\slash.txt", "new\nline.txt", "tab\there.txt"]
+NAMES = SAFE + UNSAFE
+
+Image = tuple[int, str]  # (size, etag) as the local lister reports them
+
+
+class StreamModel:
+    def __init__(self, mode: str, offset: int, initial: bool):
+        self.mode, self.offset, self.initial = mode, offset, initial
+        self.batch_id = 0
+        self.pinned: int | None = None  # end version of a failed batch, retried exactly
+
+
+@dataclass
+class Oracle:
+    #: per version: path -> (image, version that wrote the image)
+    versions: list[dict[str, tuple[Image, int]]] = field(default_factory=lambda: [{}])
+
+    @property
+    def latest(self) -> int:
+        return len(self.versions) - 1
+
+    def commit(self, listing: dict[str, Image]) -> int | None:
+        """What a refresh of `listing` makes: a new version if any image changed."""
+        current = self.versions[-1]
+        if {p: i for p, (i, _) in current.items()} == listing:
+            return None
+        v = len(self.versions)
+        self.versions.append({p: (img, current[p][1] if p in current and current[p][0] == img
+                                  else v) for p, img in listing.items()})
+        return v
+
+    def records(self, s: StreamModel, a: int, b: int) -> list[tuple]:
+        """(change_type, path, size, etag, commit_version) the stream shows for (a, b]."""
+        at_a, at_b = self.versions[a], self.versions[b]
+        out = []
+        if s.mode == "STANDARD":
+            if s.initial:
+                return sorted(("INSERT", p, *img, v) for p, (img, v) in at_b.items())
+            for p in at_a.keys() | at_b.keys():
+                old, new = at_a.get(p), at_b.get(p)
+                if old and not new:
+                    out.append(("DELETE", p, *old[0], old[1]))
+                elif new and not old:
+                    out.append(("INSERT", p, *new[0], new[1]))
+                elif old and new and old[0] != new[0]:
+                    out.append(("UPDATE_BEFORE", p, *old[0], old[1]))
+                    out.append(("UPDATE_AFTER", p, *new[0], new[1]))
+            return sorted(out)
+        if s.initial:
+            out += [("INSERT", p, *img, v) for p, (img, v) in at_a.items()]
+        for v in range(a + 1, b + 1):
+            before, now = self.versions[v - 1], self.versions[v]
+            out += [("INSERT", p, *now[p][0], v) for p in now.keys() - before.keys()]
+        return sorted(out)
+
+
+def rows(table) -> list[tuple]:
+    d = table.to_pydict()
+    return sorted(zip(d["__change_type"], d["relative_path"], d["size"], d["etag"],
+                      d["__commit_version"], strict=True))
+
+
+class SinkFailed(Exception):
+    pass
+
+
+class Histories(RuleBasedStateMachine):
+    streams = Bundle("streams")
+
+    @initialize(target=streams, modes=st.lists(st.tuples(
+        st.sampled_from(["STANDARD", "APPEND_ONLY"]), st.booleans()), min_size=1, max_size=3))
+    def setup(self, modes):
+        self.tmp = tempfile.mkdtemp(prefix="vs-history-")
+        self.root = os.path.join(self.tmp, "data")
+        os.mkdir(self.root)
+        self.cat = vs.connect(os.path.join(self.tmp, "wh"))
+        self.cat.create_volume("v", self.root)
+        self.oracle = Oracle()
+        self.models: dict[str, StreamModel] = {}
+        self.counter = 0
+        self.clock_ns = time.time_ns()
+        return multiple(*(self.create_stream(mode, initial) for mode, initial in modes))
+
+    def teardown(self):
+        if getattr(self, "tmp", None):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------------ the folder
+    def _stamp(self, path: str, offset_s: int) -> None:
+        """Set the mtime from a clock that moves 1 ms per change: every write is a new image,
+        whatever the file system's timestamp granularity, so a replayed history behaves the
+        same (hypothesis needs that). Same-tick rewrites are covered by the unit tests."""
+        self.clock_ns += 1_000_000
+        when = self.clock_ns + offset_s * 1_000_000_000
+        os.utime(path, ns=(when, when))
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.root, *name.split("/"))
+
+    def _listing(self) -> tuple[dict[str, Image], int]:
+        """The folder as the documented rule sees it: (size, mtime_ns-size etag) per file."""
+        listing, unsafe = {}, 0
+        for name in NAMES:
+            try:
+                stat = os.stat(self._path(name))
+            except FileNotFoundError:
+                continue
+            if name in UNSAFE:
+                unsafe += 1
+            else:
+                listing[name] = (stat.st_size, f"{stat.st_mtime_ns:x}-{stat.st_size:x}")
+        return listing, unsafe
+
+    # each change of the folder may be followed by a refresh, so histories reach many
+    # versions in few steps
+    @rule(name=st.sampled_from(NAMES), size=st.integers(0, 40), then_refresh=st.booleans())
+    def write(self, name, size, then_refresh):
+        path = self._path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(os.urandom(size))
+        self._stamp(path, 0)
+        if then_refresh:
+            self.refresh()
+
+    @rule(name=st.sampled_from(NAMES), then_refresh=st.booleans())
+    def delete(self, name, then_refresh):
+        try:
+            os.remove(self._path(name))
+        except FileNotFoundError:
+            pass
+        if then_refresh:
+            self.refresh()
+
+    @rule(src=st.sampled_from(NAMES), dst=st.sampled_from(NAMES), then_refresh=st.booleans())
+    def rename(self, src, dst, then_refresh):
+        if src != dst and os.path.exists(self._path(src)):
+            os.makedirs(os.path.dirname(self._path(dst)), exist_ok=True)
+            os.replace(self._path(src), self._path(dst))
+        if then_refresh:
+            self.refresh()
+
+    @rule(name=st.sampled_from(SAFE), offset_s=st.sampled_from([-3600, 3600, 1]),
+          then_refresh=st.booleans())
+    def touch(self, name, offset_s, then_refresh):
+        """A new mtime (an hour behind, ahead, or now): the documented rule calls it a change."""
+        if os.path.exists(self._path(name)):
+            self._stamp(self._path(name), offset_s)
+        if then_refresh:
+            self.refresh()
+
+    # ------------------------------------------------------------------ the volume
+    @rule()
+    def refresh(self):
+        listing, unsafe = self._listing()
+        before = self.oracle.versions[-1]
+        m = self.cat.refresh("v")
+        expected = self.oracle.commit(listing)
+        assert m.version == expected, (m, expected)
+        assert m.invalid_paths == unsafe
+        after = self.oracle.versions[-1]
+        assert m.inserted == len(after.keys() - before.keys())
+        assert m.deleted == len(before.keys() - after.keys())
+        assert m.updated == sum(1 for p in after.keys() & before.keys()
+                                if after[p][0] != before[p][0])
+
+    @invariant()
+    def table_is_the_latest_snapshot(self):
+        if not hasattr(self, "cat"):
+            return
+        snap = self.cat.directory_table("v").snapshot(columns=["relative_path", "size", "etag"])
+        got = {p: (s, e) for p, s, e in zip(snap["relative_path"].to_pylist(),
+                                            snap["size"].to_pylist(),
+                                            snap["etag"].to_pylist(), strict=True)}
+        assert got == {p: img for p, (img, _) in self.oracle.versions[-1].items()}
+        assert self.cat.directory_table("v").version() == self.oracle.latest
+
+    # ------------------------------------------------------------------ streams
+    @rule(target=streams, mode=st.sampled_from(["STANDARD", "APPEND_ONLY"]),
+          initial=st.booleans())
+    def create_stream(self, mode, initial):
+        self.counter += 1
+        name = f"s{self.counter}"
+        spec = self.cat.create_stream(name, "v", mode=mode, show_initial_rows=initial)
+        assert spec["offset"] == self.oracle.latest
+        self.models[name] = StreamModel(mode, self.oracle.latest, initial)
+        return name
+
+    @rule(name=streams)
+    def read(self, name):
+        s = self.models[name]
+        assert rows(self.cat.read_stream_arrow(name)) == self.oracle.records(
+            s, s.offset, self.oracle.latest)
+
+    @rule(name=streams, fail=st.booleans())
+    def consume(self, name, fail):
+        s = self.models[name]
+        a = s.offset
+        b = s.pinned if s.pinned is not None else self.oracle.latest
+        moves = a != b or s.initial
+        try:
+            with self.cat.consume(name) as batch:
+                assert (batch.start_version, batch.end_version, batch.batch_id) == \
+                    (a, b, s.batch_id)
+                assert rows(batch.records) == self.oracle.records(s, a, b)
+                if fail:
+                    raise SinkFailed(name)
+        except SinkFailed:
+            if moves:
+                s.pinned = b  # the retry must see exactly (a, b]
+        else:
+            if moves:
+                s.offset, s.batch_id, s.initial, s.pinned = b, s.batch_id + 1, False, None
+        info = self.cat.describe_stream(name)
+        assert (info["offset"], info["batch_id"]) == (s.offset, s.batch_id)
+
+    @precondition(lambda self: any(m.pinned is not None for m in self.models.values()))
+    @rule(data=st.data(), size=st.integers(0, 40), fail=st.booleans())
+    def retry_after_new_files(self, data, size, fail):
+        """A failed batch, a file arriving, the retry: it gets exactly the range pinned first."""
+        name = data.draw(st.sampled_from(sorted(n for n, m in self.models.items()
+                                                if m.pinned is not None)))
+        self.write(data.draw(st.sampled_from(NAMES)), size, then_refresh=True)
+        self.consume(name, fail)
+
+    @precondition(lambda self: len(getattr(self, "models", {})) > 0)
+    @rule(name=consumes(streams))
+    def drop_stream(self, name):
+        assert self.cat.drop_stream(name)
+        del self.models[name]
+
+
+Histories.TestCase.settings = settings()  # the profile loaded above
+TestHistories = Histories.TestCase
