@@ -209,8 +209,8 @@ class VolumeRegistry:
         return VolumeWatcher(self.table(spec), listener, spec.accepts(),
                              lambda: self.refresh(volume))
 
-    def watch(self, volume: str, *, until_idle: bool = False,
-              timeout: float | None = None) -> WatchMetrics:
+    def watch(self, volume: str, *, until_idle: bool = False, timeout: float | None = None,
+              refresh: bool = True) -> WatchMetrics:
         watcher = self.watcher(volume)
         with converted(f"volume {volume!r}"), watcher.listener:
-            return watcher.run(until_idle=until_idle, timeout=timeout)
+            return watcher.run(until_idle=until_idle, timeout=timeout, catch_up=refresh)
