@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,7 +19,7 @@ from rich.table import Table
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.settings import Settings
 
-__all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows"]
+__all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows", "stop_on_sigterm"]
 
 out = Console(width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True)
@@ -25,9 +29,31 @@ Warehouse = Annotated[Path | None, typer.Option(
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
-def catalog(warehouse: Path | None) -> Catalog:
-    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse)."""
-    return connect(warehouse or Settings().warehouse)
+def catalog(warehouse: Path | None, *, create: bool = False) -> Catalog:
+    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse).
+
+    Only commands that create something pass `create=True`; the others get a WarehouseError
+    saying there is no warehouse there, and nothing is created.
+    """
+    return connect(warehouse or Settings().warehouse, create=create)
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM stops the process as Ctrl-C does (KeyboardInterrupt, which
+    the watch loop turns into a clean stop with its summary)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _jsonable(value: Any) -> Any:

@@ -22,7 +22,7 @@ from rich.markup import escape
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import sql as sql_commands
-from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows
+from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows, stop_on_sigterm
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.errors import VolumeStreamError
 from volume_stream.volumes.notifications import LocalNotification
@@ -54,7 +54,7 @@ def volume_create(
         options["include"] = include
     if exclude:
         options["exclude"] = exclude
-    spec = _catalog(warehouse).create_volume(
+    spec = _catalog(warehouse, create=True).create_volume(
         name, location, recursive=recursive, replace=replace,
         notification=LocalNotification(polling=True) if polling else None, **options)
     out.print(f"created volume [bold]{spec.name}[/bold] at {spec.location}")
@@ -146,12 +146,16 @@ def watch(
     volume: str,
     until_idle: Annotated[bool, typer.Option(help="Return once no events are pending.")] = False,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    refresh: Annotated[bool, typer.Option(
+        help="First commit what changed while nothing listened (a refresh).")] = True,
     warehouse: Warehouse = None,
 ) -> None:
-    """Run the volume's listener in the foreground (Ctrl-C stops it cleanly)."""
+    """Run the volume's listener in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cat = _catalog(warehouse, create=False)
     err.print(f"watching {volume} (Ctrl-C to stop)")
-    metrics = _catalog(warehouse).watch(volume, until_idle=until_idle, timeout=timeout)
+    with stop_on_sigterm():
+        metrics = cat.watch(volume, until_idle=until_idle, timeout=timeout, refresh=refresh)
     out.print(json.dumps(metrics.as_dict()))
 
 
@@ -165,7 +169,8 @@ def main() -> None:
     try:
         app()
     except VolumeStreamError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        # one unwrapped line: paths and names stay whole for copy and paste
+        err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
         sys.exit(1)
 
 

@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
         if file is not None and execute is not None:
             raise typer.BadParameter("give a FILE or -e TEXT, not both")
         try:
-            catalog = open_catalog(warehouse)
+            catalog = open_catalog(warehouse, create=True)  # DDL may create things
             for spec in udf or []:
                 name, fn, return_type = load_udf(spec)
                 catalog.register_udf(name, fn, return_type)
