@@ -82,3 +82,16 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path):
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["refreshes"] == 1 and summary["applied"] == 0
     assert "Traceback" not in stderr
+
+
+def test_sql_udfs_load_from_the_current_and_the_script_folder(tmp_path):
+    """`--udf NAME=module:function` finds `module` beside the user or beside the SQL file,
+    without PYTHONPATH, and Spark's workers run it."""
+    (tmp_path / "my_udfs.py").write_text("def shout(text):\n    return text.upper() + '!'\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "helpers.py").write_text("def twice(text):\n    return text * 2\n")
+    (tmp_path / "jobs" / "q.sql").write_text("SELECT shout('hi') AS a, twice('ho') AS b;\n")
+    proc = cli("sql", "jobs/q.sql", "--json", "--udf", "shout=my_udfs:shout",
+               "--udf", "twice=helpers:twice", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == [{"a": "HI!", "b": "hoho"}]
