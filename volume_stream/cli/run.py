@@ -48,9 +48,13 @@ def register(app: typer.Typer) -> None:
                                ] = None,
         fail_on_file_errors: Annotated[bool | None, typer.Option(
             help="Exit 3 if any file went to the errors table (default: the spec's)")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+        as_json: Annotated[bool, typer.Option(
+            "--json/--text", help="One JSON line of metrics per batch, or a sentence.")] = True,
     ) -> None:
-        """Run a pipeline job: optional refresh/drain, then one batch (or until empty)."""
+        """Run a pipeline job: optional refresh/drain, then one batch (or until empty).
+
+        Prints one JSON line of metrics per batch (a run with nothing pending prints one with
+        files_seen 0)."""
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
         try:
             job = load_spec(spec)
