@@ -76,7 +76,7 @@ def test_run_exit_codes_and_messages(landing, tmp_path):
                     f'show_initial_rows = true\n[options]\npath_glob = "*.jpg"\n')
     result = run(spec, "--warehouse", wh, "--fail-on-file-errors")
     assert result.exit_code == jobs.EXIT_FILE_ERRORS, result.output
-    assert "1 file(s) failed" in result.text
+    assert "1 file failed" in result.text
     assert run(spec, "--warehouse", wh, "--fail-on-file-errors").exit_code == 0  # nothing new
 
     bad = tmp_path / "bad.toml"

@@ -15,14 +15,17 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.settings import Settings
 
 __all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows", "stop_on_sigterm"]
 
-out = Console(width=None if sys.stdout.isatty() else 240)
-err = Console(stderr=True)
+# No emoji codes anywhere (`acs:ram::1234` is a role ARN, not a sheep); table cells are Text,
+# so data is never read as markup either.
+out = Console(width=None if sys.stdout.isatty() else 240, emoji=False)
+err = Console(stderr=True, emoji=False)
 
 Warehouse = Annotated[Path | None, typer.Option(
     "--warehouse", "-w", help="Warehouse folder (default: ./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
@@ -70,9 +73,9 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = No
     if not rows:
         out.print(f"[dim]no {title or 'rows'}[/dim]")
         return
-    table = Table(title=title)
+    table = Table(title=Text(title) if title else None)
     for col in rows[0]:
-        table.add_column(col)
+        table.add_column(Text(col))
     for row in rows:
-        table.add_row(*("" if v is None else str(_jsonable(v)) for v in row.values()))
+        table.add_row(*(Text("" if v is None else str(_jsonable(v))) for v in row.values()))
     out.print(table)

@@ -27,11 +27,14 @@ from volume_stream.cli._common import catalog as _catalog
 from volume_stream.errors import VolumeStreamError
 from volume_stream.volumes.notifications import LocalNotification
 
+# Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
+# print `<bool>` for flags; click's layout keeps every name whole.
 app = typer.Typer(help="Event-driven file streams on Apache Spark.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
-volume_app = typer.Typer(help="Create, list, refresh and drop volumes.", no_args_is_help=True)
+                  pretty_exceptions_enable=False, rich_markup_mode=None)
+volume_app = typer.Typer(help="Create, list, refresh and drop volumes.", no_args_is_help=True,
+                         rich_markup_mode=None)
 stream_app = typer.Typer(help="Create, list, describe, read and drop streams.",
-                         no_args_is_help=True)
+                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(volume_app, name="volume")
 app.add_typer(stream_app, name="stream")
 
@@ -57,7 +60,7 @@ def volume_create(
     spec = _catalog(warehouse, create=True).create_volume(
         name, location, recursive=recursive, replace=replace,
         notification=LocalNotification(polling=True) if polling else None, **options)
-    out.print(f"created volume [bold]{spec.name}[/bold] at {spec.location}")
+    out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
 
 
 @volume_app.command("list")
@@ -156,7 +159,7 @@ def watch(
     err.print(f"watching {volume} (Ctrl-C to stop)")
     with stop_on_sigterm():
         metrics = cat.watch(volume, until_idle=until_idle, timeout=timeout, refresh=refresh)
-    out.print(json.dumps(metrics.as_dict()))
+    print(json.dumps(metrics.as_dict()), flush=True)  # JSON, never restyled
 
 
 # Commands kept in their own modules: `run` (pipelines), `daemon`/`config`, `sql`.
@@ -170,7 +173,8 @@ def main() -> None:
         app()
     except VolumeStreamError as exc:
         # one unwrapped line: paths and names stay whole for copy and paste
-        err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+        err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
+                  highlight=False)
         sys.exit(1)
 
 

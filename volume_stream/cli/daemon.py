@@ -25,7 +25,8 @@ from volume_stream.errors import ConfigError, VolumeStreamError
 
 __all__ = ["register"]
 
-config_app = typer.Typer(help="Check daemon configuration files.", no_args_is_help=True)
+config_app = typer.Typer(help="Check daemon configuration files.", no_args_is_help=True,
+                         rich_markup_mode=None)  # plain click help, as cli/app.py
 
 ConfigFile = Annotated[Path, typer.Option("--config", "-c", help="The daemon's TOML file.",
                                           show_default=False)]

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from volume_stream.cli._common import err, out
 from volume_stream.cli.jobs import job_session, load_spec, run_job
 from volume_stream.config.settings import Settings
 from volume_stream.errors import VolumeStreamError
+from volume_stream.sql.result import counted
 
 __all__ = ["register"]
 
@@ -64,11 +66,13 @@ def register(app: typer.Typer) -> None:
             result = run_job(job, warehouse=warehouse,
                              spark=job_session(Settings().spark_master))
         except VolumeStreamError as exc:
-            err.print(f"[red]error:[/red] {exc}")
+            err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
+                      highlight=False)
             raise typer.Exit(1) from exc
         except Exception as exc:  # Spark, Delta, I/O: the offset did not move; say why
             logging.getLogger("volume_stream.jobs").exception("pipeline job failed")
-            err.print(f"[red]error:[/red] pipeline job failed: {type(exc).__name__}: {exc}")
+            err.print(f"[red]error:[/red] pipeline job failed: {type(exc).__name__}: "
+                      f"{escape(str(exc))}", soft_wrap=True, highlight=False)
             raise typer.Exit(1) from exc
         for m in result.batches:
             if as_json:
@@ -80,5 +84,5 @@ def register(app: typer.Typer) -> None:
                           f"{m.rows_deleted} deleted, {m.resumed_files} resumed, "
                           f"{m.seconds:.1f}s -> {m.target}")
         if result.exit_code:
-            err.print(f"{result.files_failed} file(s) failed; see the errors table")
+            err.print(f"{counted(result.files_failed, 'files')} failed; see the errors table")
             raise typer.Exit(result.exit_code)

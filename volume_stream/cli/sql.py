@@ -26,6 +26,7 @@ from volume_stream.cli._common import err, out, print_rows
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.sql import run_script
 from volume_stream.sql.lexer import is_complete
+from volume_stream.sql.result import counted
 
 __all__ = ["load_udf", "register", "repl", "run_text"]
 
@@ -75,7 +76,7 @@ def _print(result: Any, as_json: bool, limit: int) -> None:
         rows = [r.asDict(recursive=True) for r in result.df.limit(limit + 1).collect()]
         print_rows(rows[:limit], as_json, None)
         more = len(rows) > limit
-        message += f" ({'first ' if more else ''}{min(len(rows), limit)} rows shown)"
+        message += f" ({'first ' if more else ''}{counted(min(len(rows), limit), 'rows')} shown)"
     elif result.rows:
         print_rows(result.rows, as_json, None)
     # with --json, stdout carries JSON lines only

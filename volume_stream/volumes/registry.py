@@ -133,8 +133,11 @@ class VolumeRegistry:
             streams = sorted(n for (k, n), s in state.items()
                              if k == STREAM and s["volume"] == name)
             if streams and not cascade:
-                raise InvalidInputError(f"volume {name!r} has streams {streams}; drop them "
-                                        f"first or pass cascade=True")
+                raise InvalidInputError.advised(
+                    f"volume {name!r} has streams {streams}",
+                    python="drop them first or pass cascade=True",
+                    cli="drop them first or add --cascade",
+                    sql=f"drop them first or write DROP VOLUME {name} CASCADE")
             for s in streams:
                 del state[(STREAM, s)]
             return VolumeSpec.from_dict(state.pop((VOLUME, name)))
