@@ -7,10 +7,13 @@ STAMP  := $(VENV)/.installed
 .PHONY: install demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
+	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
+	@echo "    (about 2 minutes the first time; pip lists each package as it goes)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --progress-bar off -e ".[dev]"
 	touch $(STAMP)
+	@echo "==> installed: the command is $(VENV)/bin/volume-stream; after . $(VENV)/bin/activate it is on PATH"
 
 install: $(STAMP)
 

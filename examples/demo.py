@@ -2,6 +2,9 @@
 
     make demo                      # or: python examples/demo.py [--workdir DIR]
 
+Without --workdir it works in a temporary folder and removes it at the end; with --workdir the
+folder (data and warehouse) stays, for trying the CLI on it.
+
 It writes files into a fresh folder, backfills them with `refresh`, then lets the inotify
 listener pick up an overwrite, a delete and a new file; prints what a STANDARD and an
 APPEND_ONLY stream return (the UPDATE_BEFORE/UPDATE_AFTER pair and the DELETE are visible in
@@ -12,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +39,36 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     started = time.monotonic()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="volume-stream-demo-"))
+    try:
+        run(workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    say(f"done in {time.monotonic() - started:.1f}s")
+    print(try_next(args.workdir), flush=True)
+
+
+def try_next(workdir: Path | None) -> str:
+    """What to run next. `volume-stream` lives in the virtual environment's bin folder, which
+    is not on PATH until the environment is activated: say so, with the real paths."""
+    bin_dir = Path(sys.executable).parent
+    found = shutil.which("volume-stream")
+    lines = [""]
+    if found and Path(found).resolve() == (bin_dir / "volume-stream").resolve():
+        lines.append("Next:")
+    else:
+        where = os.path.relpath(bin_dir)
+        lines += [f"Next (volume-stream is in {where}, which is not on PATH until you activate "
+                  f"the environment; or type {where}/volume-stream):", f"  . {where}/activate"]
+    lines.append("  volume-stream --help")
+    if workdir is None:
+        lines.append("  python examples/demo.py --workdir /tmp/vs-demo   # keeps its warehouse")
+    else:
+        lines.append(f"  volume-stream stream describe changes --warehouse {workdir / 'warehouse'}")
+    return "\n".join(lines)
+
+
+def run(workdir: Path) -> None:
     data, warehouse = workdir / "landing", workdir / "warehouse"
     data.mkdir(parents=True, exist_ok=True)
 
@@ -71,12 +107,10 @@ def main() -> None:
     for stream in ("changes", "arrivals"):
         with cat.consume(stream) as batch:
             n = batch.df.count()
-        say(f"consumed {n} records of '{stream}' as batch {batch.batch_id} "
+        say(f"consumed {n} record{'' if n == 1 else 's'} of '{stream}' as batch {batch.batch_id} "
             f"(versions {batch.start_version}..{batch.end_version}); pending now: "
             f"{cat.describe_stream(stream)['pending_changes']}")
 
-    say(f"done in {time.monotonic() - started:.1f}s; try: volume-stream --help, or "
-        f"volume-stream stream describe changes --warehouse {warehouse}")
 
 
 if __name__ == "__main__":

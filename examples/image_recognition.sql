@@ -5,7 +5,9 @@
 -- an MNS queue; the volume's directory table follows them; a STANDARD stream over the volume feeds
 -- an INSERT that calls an image-recognition function on every new or replaced image. The INSERT
 -- moves the stream's offset only when it succeeds, so running it again (by cron, Airflow, a loop)
--- processes each image once.
+-- processes each image once. Every CREATE says IF NOT EXISTS (the seed's grammar allows it), so the
+-- whole script can be run again as it is: what exists is left as it is (OR REPLACE would make a new
+-- connection external id and a new, empty directory table).
 --
 -- The AI function `public.fc_image_to_text(task, url)` is, in the seed, a cloud function. Here it is
 -- a Python UDF registered under the same name before the script runs:
@@ -22,7 +24,7 @@
 -- connection holds no secret (a role ARN); `ACCESS_ID = ENV('VAR')` would reference a variable.
 -- To try the same pipeline on a laptop, swap statement 3 for a local folder watched by inotify:
 --
---     CREATE EXTERNAL VOLUME vol_dish_images
+--     CREATE EXTERNAL VOLUME IF NOT EXISTS vol_dish_images
 --       LOCATION '/path/to/dish-images/'
 --       NOTIFICATION = (QUEUE_TYPE = 'LOCAL', VIRTUAL_CLUSTER = 'DEFAULT')
 --       DIRECTORY = (ENABLE = TRUE)
@@ -31,7 +33,7 @@
 -- and let `volume-stream watch vol_dish_images` (or `ALTER VOLUME vol_dish_images REFRESH`) feed it.
 
 -- 1. Storage connection (assumes a RAM role; no access keys are stored)
-CREATE STORAGE CONNECTION conn_sh_oss
+CREATE STORAGE CONNECTION IF NOT EXISTS conn_sh_oss
   TYPE OSS
   REGION = 'cn-shanghai'
   ROLE_ARN = 'acs:ram::1450476637304722:role/czvolumestreamrole' -- Replace with your own RoleARN
@@ -41,7 +43,7 @@ CREATE STORAGE CONNECTION conn_sh_oss
 DESCRIBE CONNECTION conn_sh_oss;
 
 -- 3. The volume: OSS images, MNS event notifications, a directory table
-CREATE EXTERNAL VOLUME vol_dish_images
+CREATE EXTERNAL VOLUME IF NOT EXISTS vol_dish_images
   LOCATION 'oss://sh-oss-derek/dish-images/'
   USING CONNECTION conn_sh_oss
   NOTIFICATION = (

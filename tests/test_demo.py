@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_demo_end_to_end(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"),
-                           "--workdir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=180, cwd=ROOT)
+    """As `make demo` runs it: no --workdir (a temp folder, removed at the end), from the
+    project folder, the virtual environment not activated."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p != bin_dir)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PATH": path, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
+    assert "warehouse " + str(tmp_path) in out  # it worked in a temp folder...
+    assert list(tmp_path.iterdir()) == []  # ...and removed it
+    # volume-stream is not on PATH: the demo says how to get it there
+    activate = os.path.relpath(Path(bin_dir) / "activate", ROOT)
+    assert f"  . {activate}\n  volume-stream --help\n" in out
     standard = out.split("stream 'changes' (STANDARD)")[1].split("stream 'arrivals'")[0]
     for needle in ["UPDATE_BEFORE", "UPDATE_AFTER", "DELETE", "logs/app-1.log",
                    "images/dog.jpg"]:

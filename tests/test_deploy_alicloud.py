@@ -261,7 +261,7 @@ def test_rendered_files_drive_a_volume_on_the_fakes(tmp_path, mns_server, oss_se
     cat.create_stream("s", "landing")
     oss.put_object(prefix + "in.csv", b"a,b\n")
     oss.put_object("elsewhere/out.csv", b"x")  # outside the rule: never sent
-    metrics = cat.watch("landing", until_idle=True, timeout=60)
+    metrics = cat.watch("landing", until_idle=True, timeout=60, refresh=False)
     assert (metrics.received, metrics.ignored, metrics.versions) == (1, 0, [1])
     assert [(r["__change_type"], r["relative_path"]) for r in
             cat.read_stream_arrow("s").to_pylist()] == [("INSERT", "in.csv")]

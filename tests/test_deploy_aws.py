@@ -245,7 +245,7 @@ def test_the_files_work_on_moto(aws_env, tmp_path):
     for key in ("landing/a.json", "landing/b.csv", "elsewhere/c.json"):
         s3.put_object(Bucket=bucket, Key=key, Body=b"{}")
     assert queue_counts_of(sqs, queue_url) == (1, 0)  # the filter let one event through
-    assert cat.watch("landing", until_idle=True, timeout=60).versions == [1]
+    assert cat.watch("landing", until_idle=True, timeout=60, refresh=False).versions == [1]
     assert [r["relative_path"] for r in cat.read_stream_arrow("s").to_pylist()] == ["a.json"]
 
     # a poison message is received maxReceiveCount times, then moves to the dead-letter queue
@@ -253,7 +253,7 @@ def test_the_files_work_on_moto(aws_env, tmp_path):
     max_receive = int(json.loads(attributes["RedrivePolicy"])["maxReceiveCount"])
     for _ in range(max_receive):
         assert sqs.receive_message(QueueUrl=queue_url, WaitTimeSeconds=0).get("Messages")
-    m = cat.watch("landing", until_idle=True, timeout=60)
+    m = cat.watch("landing", until_idle=True, timeout=60, refresh=False)
     assert (m.malformed, m.versions) == (0, [])
     assert queue_counts_of(sqs, queue_url) == (0, 0)
     (dead,) = sqs.receive_message(QueueUrl=dlq_url, WaitTimeSeconds=0)["Messages"]

@@ -74,15 +74,18 @@ class Batch:
         return self.records.num_rows == 0
 
 
-def connect(warehouse: str | os.PathLike, *, spark: SparkSession | None = None) -> Catalog:
+def connect(warehouse: str | os.PathLike, *, spark: SparkSession | None = None,
+            create: bool = True) -> Catalog:
     """Open (or create) the warehouse at `warehouse` and return its catalog.
+
+    With `create=False` a missing warehouse is a `WarehouseError` and nothing is created.
 
     Example:
         >>> cat = connect("./warehouse")
         >>> cat.list_volumes()
         []
     """
-    return Catalog(Warehouse(warehouse), spark=spark)
+    return Catalog(Warehouse(warehouse, create=create), spark=spark)
 
 
 class Catalog:
@@ -168,14 +171,17 @@ class Catalog:
         """A `VolumeWatcher` for the volume's listener (the caller runs and closes it)."""
         return self.volumes.watcher(volume)
 
-    def watch(self, volume: str, *, until_idle: bool = False,
-              timeout: float | None = None) -> WatchMetrics:
+    def watch(self, volume: str, *, until_idle: bool = False, timeout: float | None = None,
+              refresh: bool = True) -> WatchMetrics:
         """Run the volume's listener in the foreground; Ctrl-C stops it cleanly.
 
-        With `until_idle=True` it returns once no events are pending (a queue drained, no file
-        waiting for its debounce). Returns the totals.
+        It first catches up, as the daemon does: the listener is started, then a refresh
+        commits what changed while nothing listened (`refresh=False` skips it: only events
+        from the listener count). With `until_idle=True` it returns once no events are pending
+        (a queue drained, no file waiting for its debounce). Returns the totals.
         """
-        return self.volumes.watch(volume, until_idle=until_idle, timeout=timeout)
+        return self.volumes.watch(volume, until_idle=until_idle, timeout=timeout,
+                                  refresh=refresh)
 
     def history(self, volume: str, limit: int | None = None) -> list[dict]:
         """The directory table's commits, newest first."""

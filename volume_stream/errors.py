@@ -47,7 +47,28 @@ __all__ = [
 
 
 class VolumeStreamError(Exception):
-    """Base of every volume-stream error."""
+    """Base of every volume-stream error.
+
+    An error whose remedy depends on the front door (a Python argument, a CLI flag, a SQL
+    clause) keeps the fact and the advice apart: `str(exc)` gives the Python advice,
+    `exc.message("cli")` or `exc.message("sql")` the one for that front door.
+    """
+
+    fact: str | None = None
+    advice: dict[str, str] | None = None
+
+    @classmethod
+    def advised(cls, fact: str, *, python: str, cli: str, sql: str) -> VolumeStreamError:
+        """An error of this class saying `fact`, with advice for each front door."""
+        exc = cls(f"{fact}; {python}")
+        exc.fact, exc.advice = fact, {"python": python, "cli": cli, "sql": sql}
+        return exc
+
+    def message(self, front: str = "python") -> str:
+        """The message with the advice for `front` ("python", "cli" or "sql")."""
+        if self.fact and self.advice and front in self.advice:
+            return f"{self.fact}; {self.advice[front]}"
+        return str(self)
 
 
 class NotFoundError(VolumeStreamError, LookupError):
@@ -62,7 +83,12 @@ class NotFoundError(VolumeStreamError, LookupError):
 
 class AlreadyExistsError(VolumeStreamError):
     def __init__(self, kind: str, name: str):
-        super().__init__(f"{kind} {name!r} already exists; pass replace=True to replace it")
+        self.fact = f"{kind} {name!r} already exists"
+        self.advice = {"python": "pass replace=True to replace it",
+                       "cli": "add --replace to replace it",
+                       "sql": "write CREATE OR REPLACE to replace it, or IF NOT EXISTS to keep "
+                              "it"}
+        super().__init__(f"{self.fact}; {self.advice['python']}")
         self.kind, self.name = kind, name
 
 

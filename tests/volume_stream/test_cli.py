@@ -9,6 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from volume_stream.catalog import connect
 from volume_stream.cli import app
 
 runner = CliRunner()
@@ -55,6 +56,7 @@ def test_warehouse_from_environment(tmp_path, monkeypatch):
 
 def test_errors_exit_nonzero_with_message(tmp_path):
     wh = str(tmp_path / "wh")
+    connect(wh)  # an empty warehouse: reading commands never create one
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "volume-stream"), "stream", "read", "nope",
          "--warehouse", wh], capture_output=True, text=True, timeout=120)

@@ -162,6 +162,9 @@ def test_missing_unreadable_and_broken_files(tmp_path):
 
 def test_config_check_command(tmp_path):
     good = write(tmp_path, GOOD)
+    (tmp_path / "pipelines").mkdir()  # config check reads the pipeline specs it names
+    (tmp_path / "pipelines" / "images.toml").write_text(
+        'stream = "s"\nudf = "images.py:f"\ntarget = "t"\n')
     result = runner.invoke(app, ["config", "check", str(good)])
     assert result.exit_code == 0, result.output
     assert "ok" in result.output and "volume     landing" in result.output

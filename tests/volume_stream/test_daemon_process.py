@@ -263,6 +263,21 @@ def test_daemon_runs_a_pipeline_spec_with_the_run_command(tmp_path):
     rows = DeltaTable(str(wh / "tables" / "sizes")).to_pyarrow_table().to_pylist()
     assert sorted((r["relative_path"], r["n_bytes"]) for r in rows) == [
         ("f0.txt", 1), ("f1.txt", 2), ("f2.txt", 3)]
+    # --log-json: every line the daemon wrote is JSON, the child's output (its metrics line,
+    # Spark's log4j lines) included, tagged with the pipeline
+    lines = [line for line in daemon.log.read_text().splitlines() if line.strip()]
+    not_json = [line for line in lines if not _is_json_object(line)]
+    assert not not_json, not_json[:10]
+    (batch,) = [r["batch"] for r in daemon.records() if r.get("pipeline") == "sizes"
+                and "batch" in r]
+    assert (batch["files_seen"], batch["files_ok"]) == (3, 3)
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def test_two_daemons_on_one_volume_commit_each_change_once(tmp_path):

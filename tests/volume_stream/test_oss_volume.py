@@ -61,7 +61,7 @@ def add_volume(cat, vol, name="vol", *, notification=None, **options):
 
 
 def watch(cat, name="vol"):
-    return cat.watch(name, until_idle=True, timeout=60)
+    return cat.watch(name, until_idle=True, timeout=60, refresh=False)  # the listener alone
 
 
 def left(mns_server, vol) -> int:

@@ -67,7 +67,7 @@ def add_volume(cat, rig: AwsRig, name: str = "vol", prefix: str = "in/", *,
 
 
 def watch(cat, name: str = "vol"):
-    return cat.watch(name, until_idle=True, timeout=60)
+    return cat.watch(name, until_idle=True, timeout=60, refresh=False)  # the listener alone
 
 
 def version(cat, name: str = "vol") -> int:

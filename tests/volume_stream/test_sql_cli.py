@@ -79,7 +79,7 @@ def test_queries_print_rows_and_udfs_load_from_modules(tmp_path, data, db):
         {"relative_path": "a.txt", "loud": "A.TXT!"}]
     assert "offsets unchanged" in out.stderr
     limited = sql(*wh, "--limit", "1", "-e", "SELECT id FROM range(3)")
-    assert "SELECT: ok (first 1 rows shown)" in limited.output
+    assert "SELECT: ok (first 1 row shown)" in limited.output
     bad = sql("--udf", "shout=tests.volume_stream.nope:shout", *wh, "-e", "SHOW VOLUMES", ok=False)
     assert bad.exit_code == 1 and "cannot load" in bad.stderr
     with pytest.raises(Exception, match="NAME=module:function"):
@@ -101,7 +101,7 @@ def test_interactive_loop_runs_complete_statements_and_carries_on(catalog, data,
     failures = repl(catalog, read_line)
     captured = capsys.readouterr()
     assert failures == 1
-    assert "created volume v" in captured.out and "1 volumes" in captured.out
+    assert "created volume v" in captured.out and "1 volume\n" in captured.out
     assert "0 streams" in captured.out
     assert "stream 'nope' does not exist" in captured.err
     assert prompts[:3] == ["volume-stream> ", "            -> ", "volume-stream> "]
@@ -115,5 +115,5 @@ def test_the_real_script_runs_ddl_without_spark(tmp_path, data):
          f"CREATE EXTERNAL VOLUME v LOCATION '{data}'; SHOW VOLUMES"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "created volume v" in proc.stdout and "1 volumes" in proc.stdout
+    assert "created volume v" in proc.stdout and "1 volume\n" in proc.stdout
     assert "SparkContext" not in proc.stderr and "log4j" not in proc.stderr

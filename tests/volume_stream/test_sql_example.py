@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from volume_stream.sql import run_script, statements
 from volume_stream.sql.ddl import parse
 from volume_stream.sql.volume_plan import plan_volume
@@ -68,7 +70,7 @@ def test_the_example_is_the_seed_and_runs_as_written(catalog, db):
 
 def _local_variant(text: str, folder: Path) -> str:
     """The header's local version of statement 3, uncommented, pointed at `folder`."""
-    block = re.search(r"^--     (CREATE EXTERNAL VOLUME vol_dish_images\n.*?;)$", text,
+    block = re.search(r"^--     (CREATE EXTERNAL VOLUME IF NOT EXISTS vol_dish_images\n.*?;)$", text,
                       re.M | re.S).group(1)
     sql = "\n".join(line.removeprefix("--     ") for line in block.splitlines())
     return sql.replace("/path/to/dish-images/", f"{folder}/")
@@ -115,3 +117,30 @@ def test_the_pipeline_recognises_each_new_or_replaced_image_once(catalog, db, tm
     assert [(r["file_path"], r["change_type"], r["commit_version"]) for r in rows] == [
         ("lunch/salad.JPG", "INSERT", 1), ("tomato.png", "INSERT", 1),
         ("tomato.png", "UPDATE_AFTER", 2)]
+
+
+def test_the_script_runs_again_in_a_new_process(tmp_path):
+    """Its header says to run it from cron: a second run, in a new process, leaves the
+    connection and the volume as they are and consumes nothing twice."""
+    import subprocess
+    import sys
+
+    (tmp_path / "recognisers.py").write_text(
+        "def recognise(task, url):\n    return task + ': ' + url.rsplit('/', 1)[-1]\n")
+    command = [str(Path(sys.executable).parent / "volume-stream"), "sql", str(EXAMPLE),
+               "--udf", "fc_image_to_text=recognisers:recognise", "--warehouse", "wh"]
+    runs = [subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stdout[-2000:] + runs[0].stderr[-4000:]
+    first, second = (" ".join(run.stdout.split()) for run in runs)
+    assert "created connection conn_sh_oss" in first
+    assert "created volume vol_dish_images" in first
+    assert "connection conn_sh_oss exists; left as it is" in second
+    assert "volume vol_dish_images exists; left as it is" in second
+    if runs[1].returncode != 0:
+        # statement 4: Spark's in-memory catalog forgets the table, its folder stays
+        assert "LOCATION_ALREADY_EXISTS" in runs[1].stderr, runs[1].stderr[-4000:]
+        assert "dish_recognition_results" in runs[1].stderr
+        pytest.xfail("CREATE TABLE IF NOT EXISTS in ./spark-warehouse fails in a new process "
+                     "(tables in the warehouse: issue 14, the table streams work)")
+    assert "INSERT: ok; stream str_dish_images: nothing pending" in second

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,23 +15,48 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.settings import Settings
 
-__all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows"]
+__all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows", "stop_on_sigterm"]
 
-out = Console(width=None if sys.stdout.isatty() else 240)
-err = Console(stderr=True)
+# No emoji codes anywhere (`acs:ram::1234` is a role ARN, not a sheep); table cells are Text,
+# so data is never read as markup either.
+out = Console(width=None if sys.stdout.isatty() else 240, emoji=False)
+err = Console(stderr=True, emoji=False)
 
 Warehouse = Annotated[Path | None, typer.Option(
     "--warehouse", "-w", help="Warehouse folder (default: ./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
-def catalog(warehouse: Path | None) -> Catalog:
-    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse)."""
-    return connect(warehouse or Settings().warehouse)
+def catalog(warehouse: Path | None, *, create: bool = False) -> Catalog:
+    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse).
+
+    Only commands that create something pass `create=True`; the others get a WarehouseError
+    saying there is no warehouse there, and nothing is created.
+    """
+    return connect(warehouse or Settings().warehouse, create=create)
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM stops the process as Ctrl-C does (KeyboardInterrupt, which
+    the watch loop turns into a clean stop with its summary)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _jsonable(value: Any) -> Any:
@@ -44,9 +73,9 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = No
     if not rows:
         out.print(f"[dim]no {title or 'rows'}[/dim]")
         return
-    table = Table(title=title)
+    table = Table(title=Text(title) if title else None)
     for col in rows[0]:
-        table.add_column(col)
+        table.add_column(Text(col))
     for row in rows:
-        table.add_row(*("" if v is None else str(_jsonable(v)) for v in row.values()))
+        table.add_row(*(Text("" if v is None else str(_jsonable(v))) for v in row.values()))
     out.print(table)

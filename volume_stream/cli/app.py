@@ -22,16 +22,19 @@ from rich.markup import escape
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import sql as sql_commands
-from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows
+from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows, stop_on_sigterm
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.errors import VolumeStreamError
 from volume_stream.volumes.notifications import LocalNotification
 
+# Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
+# print `<bool>` for flags; click's layout keeps every name whole.
 app = typer.Typer(help="Event-driven file streams on Apache Spark.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
-volume_app = typer.Typer(help="Create, list, refresh and drop volumes.", no_args_is_help=True)
+                  pretty_exceptions_enable=False, rich_markup_mode=None)
+volume_app = typer.Typer(help="Create, list, refresh and drop volumes.", no_args_is_help=True,
+                         rich_markup_mode=None)
 stream_app = typer.Typer(help="Create, list, describe, read and drop streams.",
-                         no_args_is_help=True)
+                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(volume_app, name="volume")
 app.add_typer(stream_app, name="stream")
 
@@ -54,10 +57,10 @@ def volume_create(
         options["include"] = include
     if exclude:
         options["exclude"] = exclude
-    spec = _catalog(warehouse).create_volume(
+    spec = _catalog(warehouse, create=True).create_volume(
         name, location, recursive=recursive, replace=replace,
         notification=LocalNotification(polling=True) if polling else None, **options)
-    out.print(f"created volume [bold]{spec.name}[/bold] at {spec.location}")
+    out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
 
 
 @volume_app.command("list")
@@ -161,13 +164,17 @@ def watch(
     volume: str,
     until_idle: Annotated[bool, typer.Option(help="Return once no events are pending.")] = False,
     timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    refresh: Annotated[bool, typer.Option(
+        help="First commit what changed while nothing listened (a refresh).")] = True,
     warehouse: Warehouse = None,
 ) -> None:
-    """Run the volume's listener in the foreground (Ctrl-C stops it cleanly)."""
+    """Run the volume's listener in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cat = _catalog(warehouse, create=False)
     err.print(f"watching {volume} (Ctrl-C to stop)")
-    metrics = _catalog(warehouse).watch(volume, until_idle=until_idle, timeout=timeout)
-    out.print(json.dumps(metrics.as_dict()))
+    with stop_on_sigterm():
+        metrics = cat.watch(volume, until_idle=until_idle, timeout=timeout, refresh=refresh)
+    print(json.dumps(metrics.as_dict()), flush=True)  # JSON, never restyled
 
 
 # Commands kept in their own modules: `run` (pipelines), `daemon`/`config`, `sql`.
@@ -180,7 +187,9 @@ def main() -> None:
     try:
         app()
     except VolumeStreamError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        # one unwrapped line: paths and names stay whole for copy and paste
+        err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
+                  highlight=False)
         sys.exit(1)
 
 

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from volume_stream.cli.jobs import load_spec
 from volume_stream.config.daemon import DaemonConfig
 from volume_stream.daemon.daemon import Daemon
 from volume_stream.daemon.logs import configure_logging
@@ -24,15 +25,32 @@ from volume_stream.errors import ConfigError, VolumeStreamError
 
 __all__ = ["register"]
 
-config_app = typer.Typer(help="Check daemon configuration files.", no_args_is_help=True)
+config_app = typer.Typer(help="Check daemon configuration files.", no_args_is_help=True,
+                         rich_markup_mode=None)  # plain click help, as cli/app.py
 
 ConfigFile = Annotated[Path, typer.Option("--config", "-c", help="The daemon's TOML file.",
                                           show_default=False)]
 
 
+def _check_pipeline_specs(cfg: DaemonConfig, path: Path) -> None:
+    """Every enabled `[pipelines.NAME] spec` must be a readable, valid pipeline spec: a daemon
+    whose pipeline job can only fail must not start (nor report ready)."""
+    problems = []
+    for name, pipe in cfg.pipelines.items():
+        if pipe.enabled and pipe.spec is not None:
+            try:
+                load_spec(pipe.spec)
+            except VolumeStreamError as exc:
+                problems.append(f"{path}: key 'pipelines.{name}.spec': {exc}")
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
 def _load(path: Path):
     try:
-        return DaemonConfig.load(path)
+        cfg = DaemonConfig.load(path)
+        _check_pipeline_specs(cfg, path)
+        return cfg
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None

@@ -247,7 +247,8 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
         m = catalog.refresh(volume)
         log.info("refreshed %s: +%d ~%d -%d", volume, m.inserted, m.updated, m.deleted)
     if spec.drain:
-        catalog.watch(volume, until_idle=True, timeout=spec.drain_timeout_s)
+        catalog.watch(volume, until_idle=True, timeout=spec.drain_timeout_s,
+                      refresh=False)  # `refresh` above lists it when asked
     udf = load_udf(spec.udf, spec.base_dir)
     target = spec.target
     if "/" in target or target.startswith("."):
@@ -257,8 +258,11 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
     result = JobResult()
     for _ in range(spec.max_batches if spec.until_empty else 1):
         metrics = pipeline.run_once()
+        empty = metrics.start_version == metrics.end_version and not metrics.files_seen
+        if empty and result.batches:
+            break  # nothing more pending: not a batch (a run with nothing at all reports one)
         result.batches.append(metrics)
-        if metrics.start_version == metrics.end_version and not metrics.files_seen:
+        if empty:
             break
     if spec.fail_on_file_errors and result.files_failed:
         result.exit_code = EXIT_FILE_ERRORS

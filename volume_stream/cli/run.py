@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from volume_stream.cli._common import err, out
 from volume_stream.cli.jobs import job_session, load_spec, run_job
 from volume_stream.config.settings import Settings
 from volume_stream.errors import VolumeStreamError
+from volume_stream.sql.result import counted
 
 __all__ = ["register"]
 
@@ -48,9 +50,13 @@ def register(app: typer.Typer) -> None:
                                ] = None,
         fail_on_file_errors: Annotated[bool | None, typer.Option(
             help="Exit 3 if any file went to the errors table (default: the spec's)")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+        as_json: Annotated[bool, typer.Option(
+            "--json/--text", help="One JSON line of metrics per batch, or a sentence.")] = True,
     ) -> None:
-        """Run a pipeline job: optional refresh/drain, then one batch (or until empty)."""
+        """Run a pipeline job: optional refresh/drain, then one batch (or until empty).
+
+        Prints one JSON line of metrics per batch (a run with nothing pending prints one with
+        files_seen 0)."""
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
         try:
             job = load_spec(spec)
@@ -60,11 +66,13 @@ def register(app: typer.Typer) -> None:
             result = run_job(job, warehouse=warehouse,
                              spark=job_session(Settings().spark_master))
         except VolumeStreamError as exc:
-            err.print(f"[red]error:[/red] {exc}")
+            err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
+                      highlight=False)
             raise typer.Exit(1) from exc
         except Exception as exc:  # Spark, Delta, I/O: the offset did not move; say why
             logging.getLogger("volume_stream.jobs").exception("pipeline job failed")
-            err.print(f"[red]error:[/red] pipeline job failed: {type(exc).__name__}: {exc}")
+            err.print(f"[red]error:[/red] pipeline job failed: {type(exc).__name__}: "
+                      f"{escape(str(exc))}", soft_wrap=True, highlight=False)
             raise typer.Exit(1) from exc
         for m in result.batches:
             if as_json:
@@ -76,5 +84,5 @@ def register(app: typer.Typer) -> None:
                           f"{m.rows_deleted} deleted, {m.resumed_files} resumed, "
                           f"{m.seconds:.1f}s -> {m.target}")
         if result.exit_code:
-            err.print(f"{result.files_failed} file(s) failed; see the errors table")
+            err.print(f"{counted(result.files_failed, 'files')} failed; see the errors table")
             raise typer.Exit(result.exit_code)

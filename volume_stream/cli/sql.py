@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,14 +26,21 @@ from volume_stream.cli._common import err, out, print_rows
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.sql import run_script
 from volume_stream.sql.lexer import is_complete
+from volume_stream.sql.result import counted
 
 __all__ = ["load_udf", "register", "repl", "run_text"]
 
 PROMPT, MORE = "volume-stream> ", "            -> "
+_ADDED_FOLDERS: set[str] = set()  # put on sys.path by load_udf: their modules go by value
 
 
-def load_udf(spec: str) -> tuple[str, Any, str]:
+def load_udf(spec: str, search: Sequence[Path] = ()) -> tuple[str, Any, str]:
     """Parse `NAME=module:function[:return_type]` into (name, function, return_type).
+
+    The module is imported as Python would, with the current folder and the `search` folders
+    (the SQL file's) added to the path, so `my_udfs.py` beside you or beside the script loads
+    without PYTHONPATH. A module found in one of those folders is shipped to Spark's workers
+    by value (they need not find it on their own path).
 
     Example:
         >>> load_udf("fc_image_to_text=my_udfs:recognise:string")[0]
@@ -43,11 +50,22 @@ def load_udf(spec: str) -> tuple[str, Any, str]:
     parts = target.split(":")
     if not sep or len(parts) not in (2, 3) or not all(parts[:2]):
         raise InvalidInputError(f"--udf {spec!r}: write NAME=module:function[:return_type]")
+    folders = list(dict.fromkeys(str(Path(f).resolve()) for f in (Path.cwd(), *search)))
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)  # after site-packages: never shadows an installed module
+            _ADDED_FOLDERS.add(folder)
     try:
-        fn = getattr(importlib.import_module(parts[0]), parts[1])
+        module = importlib.import_module(parts[0])
+        fn = getattr(module, parts[1])
     except (ImportError, AttributeError) as exc:
-        raise InvalidInputError(f"--udf {spec!r}: cannot load {parts[0]}:{parts[1]} ({exc})"
-                                ) from exc
+        raise InvalidInputError(f"--udf {spec!r}: cannot load {parts[0]}:{parts[1]} ({exc}; "
+                                f"looked also in {', '.join(folders)})") from exc
+    source = getattr(module, "__file__", None)
+    if source and any(Path(source).resolve().is_relative_to(f) for f in _ADDED_FOLDERS):
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[parts[0].split(".")[0]])
     return name.strip(), fn, parts[2] if len(parts) == 3 else "string"
 
 
@@ -58,7 +76,7 @@ def _print(result: Any, as_json: bool, limit: int) -> None:
         rows = [r.asDict(recursive=True) for r in result.df.limit(limit + 1).collect()]
         print_rows(rows[:limit], as_json, None)
         more = len(rows) > limit
-        message += f" ({'first ' if more else ''}{min(len(rows), limit)} rows shown)"
+        message += f" ({'first ' if more else ''}{counted(min(len(rows), limit), 'rows')} shown)"
     elif result.rows:
         print_rows(result.rows, as_json, None)
     # with --json, stdout carries JSON lines only
@@ -146,9 +164,10 @@ def register(app: typer.Typer) -> None:
         if file is not None and execute is not None:
             raise typer.BadParameter("give a FILE or -e TEXT, not both")
         try:
-            catalog = open_catalog(warehouse)
+            catalog = open_catalog(warehouse, create=True)  # DDL may create things
             for spec in udf or []:
-                name, fn, return_type = load_udf(spec)
+                name, fn, return_type = load_udf(
+                    spec, [file.parent] if file is not None and str(file) != "-" else [])
                 catalog.register_udf(name, fn, return_type)
             if execute is not None:
                 text = execute

@@ -1,7 +1,10 @@
 """Pipelines the daemon runs on an interval, each as a child process.
 
 A child process keeps the daemon small and safe: a pipeline needs Spark (a JVM), may run for
-minutes and may crash; the daemon's listeners need none of that. Pipelines are exactly-once by
+minutes and may crash; the daemon's listeners need none of that. The child's stdout and stderr
+(its metrics lines, Spark's log4j lines, a traceback) are read line by line and logged through
+the daemon's logging, tagged with the pipeline: with `--log-json` every line the daemon writes
+is JSON. Pipelines are exactly-once by
 their stream offsets (DESIGN §5), so stopping one half-way (daemon shutdown, timeout) only means
 the next run sees the same range again.
 
@@ -12,6 +15,7 @@ the next run sees the same range again.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -19,7 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from volume_stream.config.daemon import PipelineConfig
 from volume_stream.daemon.loop import LoopThread
@@ -70,7 +74,8 @@ class PipelineRunner(LoopThread):
     def environment(self) -> dict[str, str]:
         """The child's environment: this one plus the daemon's warehouse and, when the daemon
         configuration sets `spark_master`, the master its Spark session is built with."""
-        env = {**os.environ, "VOLUME_STREAM_WAREHOUSE": str(self.warehouse)}
+        env = {**os.environ, "VOLUME_STREAM_WAREHOUSE": str(self.warehouse),
+               "PYTHONUNBUFFERED": "1"}  # its lines reach the daemon's log as they are written
         if self.spark_master:
             env["VOLUME_STREAM_SPARK_MASTER"] = self.spark_master
         return env
@@ -101,11 +106,43 @@ class PipelineRunner(LoopThread):
                  extra={"pipeline": self.name})
         self.running = True
         try:
-            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-            outcome = self._wait(proc, started)
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    errors="replace", bufsize=1)
+            relays = [threading.Thread(target=self._relay, args=(pipe, which), daemon=True,
+                                       name=f"volume-stream-pipeline-{self.name}-{which}")
+                      for pipe, which in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+            for relay in relays:
+                relay.start()
+            try:
+                outcome = self._wait(proc, started)
+            finally:
+                for relay in relays:  # the pipes reach EOF once the child is gone
+                    relay.join(timeout=_TERMINATE_GRACE_S)
         finally:
             self.running = False
         self._record(outcome, proc.returncode, time.monotonic() - started)
+
+    def _relay(self, pipe: IO[str], which: str) -> None:
+        """Log each line the child writes on `which` (its metrics JSON becomes `batch`)."""
+        extra: dict[str, Any] = {"pipeline": self.name, "child_stream": which}
+        with pipe:
+            for raw in pipe:
+                line = raw.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                if which == "stdout" and line.startswith("{"):
+                    try:
+                        batch = json.loads(line)
+                    except ValueError:
+                        batch = None
+                    if isinstance(batch, dict):
+                        log.info("pipeline %s: batch %s: %s files, %s failed", self.name,
+                                 batch.get("batch_id"), batch.get("files_seen"),
+                                 batch.get("files_failed"), extra={**extra, "batch": batch})
+                        continue
+                log.log(logging.INFO if which == "stdout" else logging.WARNING, "%s", line,
+                        extra=extra)
 
     def _wait(self, proc: subprocess.Popen, started: float) -> str:
         timeout = self.config.timeout_s

@@ -24,7 +24,7 @@ from volume_stream.errors import (
 )
 from volume_stream.sql import ddl
 from volume_stream.sql.lexer import SqlSyntaxError, Statement
-from volume_stream.sql.result import SqlResult
+from volume_stream.sql.result import SqlResult, counted
 from volume_stream.sql.volume_plan import (
     CONNECTION,
     CREDENTIALS,
@@ -248,13 +248,13 @@ def _stream_rows(streams: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _rows(statement: str, rows: list[dict[str, Any]], message: str = "") -> SqlResult:
     columns = list(rows[0]) if rows else []
     noun = statement.split()[-1].lower()
-    return SqlResult(statement, message=message or f"{len(rows)} {noun}", columns=columns,
+    return SqlResult(statement, message=message or counted(len(rows), noun), columns=columns,
                      _rows=rows)
 
 
 def _properties(statement: str, info: dict[str, Any]) -> SqlResult:
     rows = [{"property": k, "value": v} for k, v in info.items()]
-    return SqlResult(statement, message=f"{len(rows)} properties",
+    return SqlResult(statement, message=counted(len(rows), "properties"),
                      columns=["property", "value"], _rows=rows)
 
 
@@ -328,7 +328,7 @@ def _execute(catalog, stmt: Any, statement: Statement) -> SqlResult:
         name = resolve(catalog.warehouse.read(), VOLUME, stmt.name)
         table = catalog.directory_table(name).snapshot(columns=list(PUBLIC_COLUMNS))
         table = table.sort_by("relative_path")
-        return SqlResult("SHOW VOLUME DIRECTORY", message=f"{table.num_rows} files",
+        return SqlResult("SHOW VOLUME DIRECTORY", message=counted(table.num_rows, "files"),
                          columns=list(PUBLIC_COLUMNS), _rows=table.to_pylist())
     # Describe
     state = catalog.warehouse.read()

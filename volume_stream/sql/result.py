@@ -17,7 +17,15 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SqlResult"]
+__all__ = ["SqlResult", "counted"]
+
+_SINGULAR = {"volumes": "volume", "streams": "stream", "connections": "connection",
+             "properties": "property", "files": "file", "rows": "row", "records": "record"}
+
+
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun` (a plural), singular when `n` is 1: "1 volume", "2 volumes"."""
+    return f"{n} {_SINGULAR.get(noun, noun) if n == 1 else noun}"
 
 
 @dataclass

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError
+from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError, VolumeStreamError
 from volume_stream.sql import ddl, ddl_exec, tables
 from volume_stream.sql.lexer import Statement, split
 from volume_stream.sql.result import SqlResult
@@ -74,7 +74,12 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
     """
     parsed = ddl.parse(statement)
     if parsed is not None:
-        return ddl_exec.execute(catalog, parsed, statement)
+        try:
+            return ddl_exec.execute(catalog, parsed, statement)
+        except VolumeStreamError as exc:
+            if exc.advice and "sql" in exc.advice:
+                exc.args = (exc.message("sql"),)  # SQL advice for SQL ("CREATE OR REPLACE")
+            raise
     return tables.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
 
 

@@ -140,8 +140,11 @@ class VolumeRegistry:
             streams = sorted(n for (k, n), s in state.items()
                              if k == STREAM and s.get("volume") == name)
             if streams and not cascade:
-                raise InvalidInputError(f"volume {name!r} has streams {streams}; drop them "
-                                        f"first or pass cascade=True")
+                raise InvalidInputError.advised(
+                    f"volume {name!r} has streams {streams}",
+                    python="drop them first or pass cascade=True",
+                    cli="drop them first or add --cascade",
+                    sql=f"drop them first or write DROP VOLUME {name} CASCADE")
             for s in streams:
                 del state[(STREAM, s)]
             return VolumeSpec.from_dict(state.pop((VOLUME, name)))
@@ -220,8 +223,8 @@ class VolumeRegistry:
         return VolumeWatcher(self.table(spec), listener, spec.accepts(),
                              lambda: self.refresh(volume))
 
-    def watch(self, volume: str, *, until_idle: bool = False,
-              timeout: float | None = None) -> WatchMetrics:
+    def watch(self, volume: str, *, until_idle: bool = False, timeout: float | None = None,
+              refresh: bool = True) -> WatchMetrics:
         watcher = self.watcher(volume)
         with converted(f"volume {volume!r}"), watcher.listener:
-            return watcher.run(until_idle=until_idle, timeout=timeout)
+            return watcher.run(until_idle=until_idle, timeout=timeout, catch_up=refresh)

@@ -170,12 +170,23 @@ class VolumeWatcher:
                          result.seconds)
         return result
 
+    def catch_up(self) -> None:
+        """Commit what changed while nothing listened: a full refresh, as the daemon runs at
+        start. The listener is already on, so a change made during the listing is also
+        received afterwards (and changes nothing if the listing had it)."""
+        self.refresh()
+        self.metrics.refreshes += 1
+
     def run(self, *, until_idle: bool = False, timeout: float | None = None,
             poll: float = 0.5, on_step: Callable[[StepResult], None] | None = None,
-            ) -> WatchMetrics:
-        """Loop until idle (if asked), the timeout, or Ctrl-C; return the totals."""
+            catch_up: bool = False) -> WatchMetrics:
+        """Loop until idle (if asked), the timeout, or Ctrl-C; return the totals.
+
+        With `catch_up=True` a refresh runs first (see `catch_up`)."""
         started = time.monotonic()
         try:
+            if catch_up:
+                self.catch_up()
             while True:
                 remaining = None if timeout is None else timeout - (time.monotonic() - started)
                 if remaining is not None and remaining <= 0:

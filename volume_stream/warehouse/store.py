@@ -68,19 +68,20 @@ def now() -> str:
 
 
 class Warehouse:
-    """A warehouse folder: opened if it is one, initialised if it is new or empty, refused
-    otherwise (a foreign or damaged folder is never overwritten)."""
+    """A warehouse folder: opened if it is one, initialised if it is new or empty (unless
+    `create=False`: then WarehouseError), refused otherwise (a foreign or damaged folder is
+    never overwritten)."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, *, create: bool = True):
         self.root = Path(root).expanduser().resolve()
         self.catalog_path = str(self.root / "_catalog")
         try:
-            self._open_or_init()
+            self._open_or_init(create)
         except OSError as exc:  # a folder that cannot be made or read: /proc/x, no permission
             raise WarehouseError(f"warehouse {self.root} cannot be opened or created: "
                                  f"{exc.strerror or exc}") from exc
 
-    def _open_or_init(self) -> None:
+    def _open_or_init(self, create: bool = True) -> None:
         marker = self.root / MARKER
         if self.root.exists() and not self.root.is_dir():
             raise WarehouseError(f"warehouse {self.root} is a file, not a folder")
@@ -101,6 +102,12 @@ class Warehouse:
                     f"warehouse {self.root} is damaged: its catalog table {self.catalog_path} "
                     f"is missing or not a Delta table")
             return
+        if not create:
+            raise WarehouseError(
+                f"no volume-stream warehouse at {self.root} (nothing was created there): "
+                f"create a volume first (`volume-stream volume create`, or CREATE EXTERNAL "
+                f"VOLUME in SQL), or point --warehouse / $VOLUME_STREAM_WAREHOUSE at an "
+                f"existing one")
         if self.root.exists() and any(self.root.iterdir()):
             shown = ", ".join(sorted(p.name for p in self.root.iterdir())[:5])
             raise WarehouseError(
