@@ -18,7 +18,6 @@ from typing import Annotated
 import typer
 
 from volume_stream.config.daemon import DaemonConfig
-from volume_stream.daemon.daemon import Daemon
 from volume_stream.daemon.logs import configure_logging
 from volume_stream.errors import ConfigError, VolumeStreamError
 
@@ -47,6 +46,7 @@ def daemon(
     cfg = _load(config)
     configure_logging(cfg.log_level, json_lines=log_json or cfg.log_json)
     log = logging.getLogger("volume_stream.daemon")
+    from volume_stream.daemon.daemon import Daemon  # not at import: other commands start faster
 
     try:
         code = Daemon(cfg).run()

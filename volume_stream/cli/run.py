@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from volume_stream.cli._common import err, out
-from volume_stream.cli.jobs import job_session, load_spec, run_job
-from volume_stream.config.settings import Settings
+from volume_stream.cli.jobs import load_spec, run_job
 from volume_stream.errors import VolumeStreamError
 
 __all__ = ["register"]
@@ -49,16 +49,25 @@ def register(app: typer.Typer) -> None:
         fail_on_file_errors: Annotated[bool | None, typer.Option(
             help="Exit 3 if any file went to the errors table (default: the spec's)")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+        verbose: Annotated[bool, typer.Option(
+            "--verbose", "-v", help="Let Spark's own log lines through.")] = False,
     ) -> None:
-        """Run a pipeline job: optional refresh/drain, then one batch (or until empty)."""
+        """Run a pipeline job: optional refresh/drain, then one batch (or until empty).
+
+        Spark starts only when the batch has files to process: a run with nothing pending
+        exits without it.
+        """
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+        if verbose:
+            os.environ["VOLUME_STREAM_VERBOSE"] = "1"
         try:
             job = load_spec(spec)
             flags = {"refresh": refresh, "drain": drain, "until_empty": until_empty,
                      "fail_on_file_errors": fail_on_file_errors}
             job = job.model_copy(update={k: v for k, v in flags.items() if v is not None})
-            result = run_job(job, warehouse=warehouse,
-                             spark=job_session(Settings().spark_master))
+            # no session yet: the catalog starts one (VOLUME_STREAM_SPARK_MASTER, else
+            # local[*]) only if the batch has files to process
+            result = run_job(job, warehouse=warehouse)
         except VolumeStreamError as exc:
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(1) from exc
