@@ -11,15 +11,24 @@ summary goes to `.bench/results.json`.
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
+    cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
 """
 
-from benchmarks import apply, bench_latency, bench_pipeline, bench_sqs, discovery, stream_read
+from benchmarks import (
+    apply,
+    bench_latency,
+    bench_pipeline,
+    bench_sqs,
+    cli,
+    discovery,
+    stream_read,
+)
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline)}
+                                       bench_pipeline, cli)}
 
 __all__ = ["BENCHMARKS"]

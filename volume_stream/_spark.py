@@ -5,24 +5,23 @@ warm Spark), else an embedded local session with settings suited to small driver
 Nothing here starts Spark at import: callers ask for a session only when a statement or a batch
 really needs one (`Catalog.spark` is lazy), so syntax errors and empty runs never pay the JVM.
 
-Spark's own log lines (log4j WARN/INFO on the JVM's stderr) are kept out of the output unless
-`verbose` (or `VOLUME_STREAM_VERBOSE=1`): the local JVM starts with a log4j2 configuration that
-logs errors only.
+Spark's own output (log4j lines, the JVM's warnings, Python workers' stderr) is kept out of the
+terminal unless `verbose` (or `VOLUME_STREAM_VERBOSE=1`): the local JVM is launched with its
+stdout and stderr appended to `spark_log_path()` (`$VOLUME_STREAM_SPARK_LOG`, else
+`volume-stream-spark.log` in the temp folder).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from volume_stream.config.settings import Settings
 
-__all__ = ["QUIET_LOG4J", "connect_conf", "get_spark", "is_connect", "remote_url"]
-
-#: log4j2 configuration of a quiet driver JVM (errors only)
-QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+__all__ = ["connect_conf", "get_spark", "is_connect", "remote_url", "spark_log_path"]
 
 #: the Spark Connect plugin that serves sc:// clients from inside a driver (ships with pyspark 4)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -50,6 +49,33 @@ def connect_conf(port: int, host: str = "127.0.0.1") -> dict[str, str]:
 
 def _verbose(verbose: bool | None) -> bool:
     return Settings().verbose if verbose is None else verbose
+
+
+def spark_log_path() -> Path:
+    """Where a quiet local JVM's own output goes."""
+    configured = os.environ.get("VOLUME_STREAM_SPARK_LOG")
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / \
+        "volume-stream-spark.log"
+
+
+def _launch_quietly(builder: Any) -> None:
+    """Launch the JVM gateway now, its stdout/stderr appended to `spark_log_path()`, so the
+    session built next uses it (pyspark launches a gateway only when it has none)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf(loadDefaults=False)
+        for key, value in builder._options.items():
+            conf.set(key, value)
+        path = spark_log_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as log:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
@@ -100,11 +126,10 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
     )
-    if quiet:
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
+    if quiet:
+        _launch_quietly(builder)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR" if quiet or not _verbose(verbose) else "WARN")
+    session.sparkContext.setLogLevel("WARN" if _verbose(verbose) else "ERROR")
     return session

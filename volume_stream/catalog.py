@@ -115,8 +115,12 @@ class Catalog:
                            else get_spark(remote=self._remote))
         if not self._source_registered:
             from volume_stream import datasource
+            from volume_stream._spark import is_connect
 
-            datasource.register(self._spark)  # spark.readStream.format("volume_stream")
+            # over Spark Connect registering would start a Python worker on the server for
+            # every client: `datasource.register(spark)` there is left to who needs it
+            if not is_connect(self._spark):
+                datasource.register(self._spark)  # spark.readStream.format("volume_stream")
             self._source_registered = True
         return self._spark
 

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from volume_stream._spark import is_connect
 from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError
 from volume_stream.sql import ddl, ddl_exec, dml
 from volume_stream.sql.lexer import Statement, split
@@ -140,6 +141,18 @@ def _check_udf(name: str, fn: Any) -> None:
                                 f"{type(fn).__name__}")
 
 
+def _pickle_by_value(fn: Any) -> None:
+    import sys
+
+    from pyspark import cloudpickle
+
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if module is not None and module.__name__ not in ("__main__", "builtins"):
+        package = module.__name__.split(".")[0]
+        if package not in ("volume_stream", "connectors", "directory_table", "pyspark"):
+            cloudpickle.register_pickle_by_value(module)
+
+
 def register_udf(catalog: Catalog, name: str, fn: Callable[..., Any] | Any,
                  return_type: Any = "string") -> None:
     """Make a Python function callable from `catalog.sql(...)` as `name(...)`.
@@ -156,6 +169,8 @@ def register_udf(catalog: Catalog, name: str, fn: Callable[..., Any] | Any,
     """
     _check_udf(name, fn)
     spark = catalog.spark
+    if is_connect(spark):  # the server may not have the function's module: ship its code
+        _pickle_by_value(fn)
     from pyspark.errors import PySparkException
 
     try:
