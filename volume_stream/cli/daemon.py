@@ -85,8 +85,13 @@ def config_check(
             print(f"  stream     {stream} on {name} ({scfg.mode})")
     for name, pipe in cfg.pipelines.items():
         what = f"run {pipe.spec}" if pipe.spec else " ".join(pipe.command or [])
+        where = ("in the daemon's Spark session" if pipe.spec and not pipe.isolate
+                 else "as a child process")
         state = "" if pipe.enabled else " (disabled)"
-        print(f"  pipeline   {name}{state}: {what}, every {pipe.interval_s:g}s")
+        print(f"  pipeline   {name}{state}: {what}, every {pipe.interval_s:g}s, {where}")
+    if cfg.spark.connect_port is not None:
+        print(f"  spark      Spark Connect on sc://{cfg.spark.connect_host}:"
+              f"{cfg.spark.connect_port} (volume-stream sql --remote ...)")
 
 
 def register(app: typer.Typer) -> None:

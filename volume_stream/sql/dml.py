@@ -293,7 +293,14 @@ def _convert(exc: Exception, catalog, statement: Statement, analysis: Analysis) 
 # ---------------------------------------------------------------------- running
 def _sql(catalog, statement: Statement, analysis: Analysis):
     try:
-        return catalog.spark.sql(analysis.text(statement.text))
+        spark = catalog.spark
+        df = spark.sql(analysis.text(statement.text))
+        if is_connect(spark):
+            # Spark Connect analyses a query lazily, by name, at each use: resolve it now (so
+            # its errors are ours) and, if it reads stream views, compute it while they exist
+            if df.columns and analysis.streams:
+                df = df.localCheckpoint(eager=True)
+        return df
     except VolumeStreamError:
         raise
     except Exception as exc:  # Spark's errors become ours, located in the script
