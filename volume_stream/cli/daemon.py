@@ -17,8 +17,6 @@ from typing import Annotated
 
 import typer
 
-from volume_stream.config.daemon import DaemonConfig
-from volume_stream.daemon.logs import configure_logging
 from volume_stream.errors import ConfigError, VolumeStreamError
 
 __all__ = ["register"]
@@ -31,6 +29,8 @@ ConfigFile = Annotated[Path, typer.Option("--config", "-c", help="The daemon's T
 
 def _load(path: Path):
     try:
+        from volume_stream.config.daemon import DaemonConfig  # not at import: other commands
+
         return DaemonConfig.load(path)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -44,6 +44,8 @@ def daemon(
 ) -> None:
     """Run the listeners, refreshes and pipelines of a configuration until SIGTERM/SIGINT."""
     cfg = _load(config)
+    from volume_stream.daemon.logs import configure_logging
+
     configure_logging(cfg.log_level, json_lines=log_json or cfg.log_json)
     log = logging.getLogger("volume_stream.daemon")
     from volume_stream.daemon.daemon import Daemon  # not at import: other commands start faster
