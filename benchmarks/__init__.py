@@ -13,6 +13,7 @@ summary goes to `.bench/results.json`.
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
+    cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -23,6 +24,7 @@ from benchmarks import (
     bench_latency,
     bench_pipeline,
     bench_sqs,
+    cli,
     discovery,
     scale,
     stream_read,
@@ -31,6 +33,6 @@ from benchmarks import (
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline, tables)}
+                                       bench_pipeline, tables, cli)}
 
 __all__ = ["BENCHMARKS"]

@@ -1,5 +1,15 @@
 """The SparkSession volume-stream works in: the active one if there is one (spark-submit, a
-notebook), else an embedded local session with settings suited to small driver-side batches."""
+notebook), a Spark Connect session when a remote is given (`sc://host:port`, e.g. a daemon's
+warm Spark), else an embedded local session with settings suited to small driver-side batches.
+
+Nothing here starts Spark at import: callers ask for a session only when a statement or a batch
+really needs one (`Catalog.spark` is lazy), so syntax errors and empty runs never pay the JVM.
+
+Spark's own output (log4j lines, the JVM's warnings, Python workers' stderr) is kept out of the
+terminal unless `verbose` (or `VOLUME_STREAM_VERBOSE=1`): the local JVM is launched with its
+stdout and stderr appended to `spark_log_path()` (`$VOLUME_STREAM_SPARK_LOG`, else
+`volume-stream-spark.log` in the temp folder).
+"""
 
 from __future__ import annotations
 
@@ -7,20 +17,98 @@ import logging
 import os
 import sys
 import tempfile
-
-from pyspark.sql import SparkSession
+from pathlib import Path
+from typing import Any
 
 from volume_stream.config.settings import Settings
 
-__all__ = ["get_spark"]
+__all__ = ["connect_conf", "get_spark", "is_connect", "remote_url", "spark_log_path"]
+
+#: the Spark Connect plugin that serves sc:// clients from inside a driver (ships with pyspark 4)
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
-def get_spark(master: str | None = None, app_name: str = "volume-stream") -> SparkSession:
-    """Return the active SparkSession, or build a local one (`local[*]` unless `master` says).
+def remote_url(remote: str | None) -> str | None:
+    """`sc://host:port` from `--remote` or `$VOLUME_STREAM_SPARK_REMOTE` (None: no remote)."""
+    value = remote or Settings().spark_remote
+    if not value:
+        return None
+    return value if value.startswith("sc://") else f"sc://{value}"
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_conf(port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """The Spark settings that make a local session also serve Spark Connect on host:port."""
+    return {"spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": host,
+            "spark.connect.grpc.binding.port": str(port)}
+
+
+def _verbose(verbose: bool | None) -> bool:
+    return Settings().verbose if verbose is None else verbose
+
+
+def spark_log_path() -> Path:
+    """Where a quiet local JVM's own output goes."""
+    configured = os.environ.get("VOLUME_STREAM_SPARK_LOG")
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / \
+        "volume-stream-spark.log"
+
+
+def _launch_quietly(builder: Any) -> None:
+    """Launch the JVM gateway now, its stdout/stderr appended to `spark_log_path()`, so the
+    session built next uses it (pyspark launches a gateway only when it has none)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf(loadDefaults=False)
+        for key, value in builder._options.items():
+            conf.set(key, value)
+        path = spark_log_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as log:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
+def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
+              remote: str | None = None, verbose: bool | None = None,
+              extra_conf: dict[str, str] | None = None) -> Any:
+    """Return the active SparkSession, a Spark Connect session (`remote`, or
+    `$VOLUME_STREAM_SPARK_REMOTE`), or build a local one (`local[*]` unless `master` says).
 
     The session time zone is UTC: directory-table timestamps are UTC instants and must print as
     such. Arrow is on, because change sets travel driver <-> JVM as Arrow batches.
+
+    Example:
+        >>> get_spark(remote="sc://127.0.0.1:15002").sql("SELECT 1").collect()
+        [Row(1=1)]
     """
+    from pyspark.sql import SparkSession
+
+    url = remote_url(remote)
+    if url is not None:
+        from volume_stream.errors import ConfigError
+
+        try:
+            session = SparkSession.builder.remote(url).getOrCreate()
+            session.conf.set("spark.sql.session.timeZone", "UTC")
+        except ImportError as exc:
+            raise ConfigError(f"Spark Connect {url}: the client needs pyspark[connect] "
+                              f"({exc})") from exc
+        except Exception as exc:
+            raise ConfigError(f"Spark Connect {url}: cannot reach a Spark Connect server "
+                              f"({str(exc).strip().splitlines()[0]}); is the daemon running "
+                              f"with [spark] connect_port?") from exc
+        return session
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -29,6 +117,7 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream") -> Spa
     # Under spark-submit (a gateway is already running) its --master wins; else local.
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(master or Settings().spark_master or "local[*]")
+    quiet = not _verbose(verbose) and "PYSPARK_GATEWAY_PORT" not in os.environ
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -43,8 +132,12 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream") -> Spa
                 os.path.join(tempfile.gettempdir(), f"volume-stream-spark-{os.getuid()}"))
         .config("spark.sql.catalogImplementation", "in-memory")
     )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    if quiet:
+        _launch_quietly(builder)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session.sparkContext.setLogLevel("WARN" if _verbose(verbose) else "ERROR")
     quiet_query_context_loggers()
     return session
 

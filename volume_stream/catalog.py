@@ -21,15 +21,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
 
 from connectors.base import ObjectReader
 from directory_table import DirectoryTable, OptimizeResult
 from directory_table.schema import PUBLIC_COLUMNS
-from volume_stream import datasource
 from volume_stream._spark import get_spark
 from volume_stream.errors import converted
 from volume_stream.pipelines.pipeline import Pipeline
@@ -40,6 +38,9 @@ from volume_stream.volumes.registry import RefreshMetrics, VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
 from volume_stream.warehouse import VOLUME, Warehouse
+
+if TYPE_CHECKING:  # pyspark loads when a session is first needed, not at import
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["Batch", "Catalog", "RefreshMetrics", "connect"]
 
@@ -75,17 +76,21 @@ class Batch:
 
 
 def connect(warehouse: str | os.PathLike, *, spark: SparkSession | None = None,
-            create: bool = True) -> Catalog:
+            create: bool = True, remote: str | None = None) -> Catalog:
     """Open (or create) the warehouse at `warehouse` and return its catalog.
 
     With `create=False` a missing warehouse is a `WarehouseError` and nothing is created.
+    Spark starts only when something needs it (a query, a pipeline batch with files): `spark`
+    is a session to use instead (or a function returning one, called on first need), `remote`
+    a Spark Connect URL (`sc://host:port`, e.g. a daemon's warm Spark; default
+    `$VOLUME_STREAM_SPARK_REMOTE`).
 
     Example:
         >>> cat = connect("./warehouse")
         >>> cat.list_volumes()
         []
     """
-    return Catalog(Warehouse(warehouse, create=create), spark=spark)
+    return Catalog(Warehouse(warehouse, create=create), spark=spark, remote=remote)
 
 
 class Catalog:
@@ -96,9 +101,13 @@ class Catalog:
     public methods.
     """
 
-    def __init__(self, warehouse: Warehouse, spark: SparkSession | None = None):
+    def __init__(self, warehouse: Warehouse, spark: SparkSession | None = None,
+                 remote: str | None = None):
         self.warehouse = warehouse
-        self._spark = spark
+        # a session, or a function that makes one when first needed (the daemon's shared one)
+        self._spark_factory = spark if callable(spark) else None
+        self._spark = None if callable(spark) else spark
+        self._remote = remote
         self._source_registered = False
         self.volumes = VolumeRegistry(warehouse, lambda: self.spark)
         self.streams = StreamRegistry(self.volumes)
@@ -107,11 +116,23 @@ class Catalog:
         return f"Catalog({str(self.warehouse.root)!r})"
 
     @property
+    def spark_started(self) -> bool:
+        """Whether this catalog has a Spark session yet (`spark` starts one on first use)."""
+        return self._spark is not None
+
+    @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = get_spark()
+            self._spark = (self._spark_factory() if self._spark_factory is not None
+                           else get_spark(remote=self._remote))
         if not self._source_registered:
-            datasource.register(self._spark)  # spark.readStream.format("volume_stream")
+            from volume_stream import datasource
+            from volume_stream._spark import is_connect
+
+            # over Spark Connect registering would start a Python worker on the server for
+            # every client: `datasource.register(spark)` there is left to who needs it
+            if not is_connect(self._spark):
+                datasource.register(self._spark)  # spark.readStream.format("volume_stream")
             self._source_registered = True
         return self._spark
 

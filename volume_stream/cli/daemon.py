@@ -13,15 +13,14 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from volume_stream.cli.jobs import load_spec
-from volume_stream.config.daemon import DaemonConfig
-from volume_stream.daemon.daemon import Daemon
-from volume_stream.daemon.logs import configure_logging
 from volume_stream.errors import ConfigError, VolumeStreamError
+
+if TYPE_CHECKING:
+    from volume_stream.config.daemon import DaemonConfig
 
 __all__ = ["register"]
 
@@ -39,6 +38,8 @@ def _check_pipeline_specs(cfg: DaemonConfig, path: Path) -> None:
     for name, pipe in cfg.pipelines.items():
         if pipe.enabled and pipe.spec is not None:
             try:
+                from volume_stream.cli.jobs import load_spec  # not at import: start-up time
+
                 load_spec(pipe.spec)
             except VolumeStreamError as exc:
                 problems.append(f"{path}: key 'pipelines.{name}.spec': {exc}")
@@ -48,6 +49,8 @@ def _check_pipeline_specs(cfg: DaemonConfig, path: Path) -> None:
 
 def _load(path: Path):
     try:
+        from volume_stream.config.daemon import DaemonConfig  # not at import: other commands
+
         cfg = DaemonConfig.load(path)
         _check_pipeline_specs(cfg, path)
         return cfg
@@ -63,8 +66,11 @@ def daemon(
 ) -> None:
     """Run the listeners, refreshes and pipelines of a configuration until SIGTERM/SIGINT."""
     cfg = _load(config)
+    from volume_stream.daemon.logs import configure_logging
+
     configure_logging(cfg.log_level, json_lines=log_json or cfg.log_json)
     log = logging.getLogger("volume_stream.daemon")
+    from volume_stream.daemon.daemon import Daemon  # not at import: other commands start faster
 
     try:
         code = Daemon(cfg).run()
@@ -103,8 +109,13 @@ def config_check(
             print(f"  stream     {stream} on {name} ({scfg.mode})")
     for name, pipe in cfg.pipelines.items():
         what = f"run {pipe.spec}" if pipe.spec else " ".join(pipe.command or [])
+        where = ("in the daemon's Spark session" if pipe.spec and not pipe.isolate
+                 else "as a child process")
         state = "" if pipe.enabled else " (disabled)"
-        print(f"  pipeline   {name}{state}: {what}, every {pipe.interval_s:g}s")
+        print(f"  pipeline   {name}{state}: {what}, every {pipe.interval_s:g}s, {where}")
+    if cfg.spark.connect_port is not None:
+        print(f"  spark      Spark Connect on sc://{cfg.spark.connect_host}:"
+              f"{cfg.spark.connect_port} (volume-stream sql --remote ...)")
 
 
 def register(app: typer.Typer) -> None:

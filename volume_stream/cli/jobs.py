@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pyspark.sql import SparkSession
 
 from volume_stream._spark import get_spark
 from volume_stream.catalog import connect
@@ -200,6 +199,8 @@ def job_session(master: str | None = None) -> Any:
         >>> job_session("local[2]").sparkContext.master  # outside spark-submit
         'local[2]'
     """
+    from pyspark.sql import SparkSession
+
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

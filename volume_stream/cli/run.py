@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +20,7 @@ import typer
 from rich.markup import escape
 
 from volume_stream.cli._common import err, out
-from volume_stream.cli.jobs import job_session, load_spec, run_job
-from volume_stream.config.settings import Settings
+from volume_stream.cli.jobs import load_spec, run_job
 from volume_stream.errors import VolumeStreamError
 from volume_stream.sql.result import counted
 
@@ -52,19 +52,26 @@ def register(app: typer.Typer) -> None:
             help="Exit 3 if any file went to the errors table (default: the spec's)")] = None,
         as_json: Annotated[bool, typer.Option(
             "--json/--text", help="One JSON line of metrics per batch, or a sentence.")] = True,
+        verbose: Annotated[bool, typer.Option(
+            "--verbose", "-v", help="Let Spark's own log lines through.")] = False,
     ) -> None:
         """Run a pipeline job: optional refresh/drain, then one batch (or until empty).
 
         Prints one JSON line of metrics per batch (a run with nothing pending prints one with
-        files_seen 0)."""
+        files_seen 0). Spark starts only when the batch has files to process: a run with
+        nothing pending exits without it.
+        """
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+        if verbose:
+            os.environ["VOLUME_STREAM_VERBOSE"] = "1"
         try:
             job = load_spec(spec)
             flags = {"refresh": refresh, "drain": drain, "until_empty": until_empty,
                      "fail_on_file_errors": fail_on_file_errors}
             job = job.model_copy(update={k: v for k, v in flags.items() if v is not None})
-            result = run_job(job, warehouse=warehouse,
-                             spark=job_session(Settings().spark_master))
+            # no session yet: the catalog starts one (VOLUME_STREAM_SPARK_MASTER, else
+            # local[*]) only if the batch has files to process
+            result = run_job(job, warehouse=warehouse)
         except VolumeStreamError as exc:
             err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
                       highlight=False)

@@ -13,6 +13,7 @@ the command exits with status 1; the interactive prompt reports the error and ca
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,10 +22,12 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from volume_stream.cli._common import catalog as open_catalog
+from volume_stream._spark import remote_url
+from volume_stream.catalog import connect
 from volume_stream.cli._common import err, out, print_rows
+from volume_stream.config.settings import Settings
 from volume_stream.errors import InvalidInputError, VolumeStreamError
-from volume_stream.sql import run_script
+from volume_stream.sql import register_udf_lazily, run_script
 from volume_stream.sql.lexer import is_complete
 from volume_stream.sql.result import counted
 
@@ -158,17 +161,30 @@ def register(app: typer.Typer) -> None:
         warehouse: Annotated[Path | None, typer.Option(
             "--warehouse", "-w",
             help="Warehouse folder [default: ./warehouse or $VOLUME_STREAM_WAREHOUSE]")] = None,
+        remote: Annotated[str | None, typer.Option(
+            "--remote", help="Use a running Spark Connect server, e.g. a daemon's warm Spark: "
+                             "sc://HOST:PORT [default: $VOLUME_STREAM_SPARK_REMOTE]",
+            show_default=False)] = None,
+        verbose: Annotated[bool, typer.Option(
+            "--verbose", "-v", help="Let Spark's own log lines through.")] = False,
     ) -> None:
-        """Run SQL: -e TEXT, a FILE, stdin, or an interactive prompt."""
+        """Run SQL: -e TEXT, a FILE, stdin, or an interactive prompt.
+
+        Spark starts only for a statement that needs it (DDL and syntax errors never do);
+        with --remote, statements run on that Spark Connect server instead.
+        """
 
         if file is not None and execute is not None:
             raise typer.BadParameter("give a FILE or -e TEXT, not both")
+        if verbose:
+            os.environ["VOLUME_STREAM_VERBOSE"] = "1"
         try:
-            catalog = open_catalog(warehouse, create=True)  # DDL may create things
+            catalog = connect(warehouse or Settings().warehouse, remote=remote_url(remote),
+                              create=True)  # DDL may create things
             for spec in udf or []:
                 name, fn, return_type = load_udf(
                     spec, [file.parent] if file is not None and str(file) != "-" else [])
-                catalog.register_udf(name, fn, return_type)
+                register_udf_lazily(catalog, name, fn, return_type)
             if execute is not None:
                 text = execute
             elif file is not None and str(file) != "-":

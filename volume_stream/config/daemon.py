@@ -23,8 +23,11 @@ overridden from the environment is matched by its lower-case name). A bad file r
     new_files = { mode = "APPEND_ONLY" }
 
     [pipelines.images]
-    spec = "pipelines/images.toml"      # runs `volume-stream run SPEC` every interval_s
-    interval_s = 300
+    spec = "pipelines/images.toml"      # `volume-stream run SPEC` every interval_s, in the
+    interval_s = 300                    # daemon's Spark session (isolate = true: a child process)
+
+    [spark]
+    connect_port = 15002                # serve Spark Connect: `volume-stream sql --remote`
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ __all__ = [
     "DaemonTuning",
     "MetricsConfig",
     "PipelineConfig",
+    "SparkConfig",
     "StreamConfig",
     "VolumeConfig",
 ]
@@ -176,15 +180,30 @@ class VolumeConfig(_Section):
         return notification_from_dict(self.notification)
 
 
-class PipelineConfig(_Section):
-    """A pipeline the daemon runs every `interval_s` as a child process.
+class SparkConfig(_Section):
+    """The daemon's one Spark session (its pipelines share it) and its Spark Connect server.
 
-    Either `spec` (run as `volume-stream run SPEC --warehouse WAREHOUSE`, the daemon's
-    warehouse) or an explicit `command` (a list of arguments) is required.
+    With `connect_port` set the daemon starts Spark at start-up, serving Spark Connect on
+    `connect_host:connect_port`, so `volume-stream sql --remote sc://HOST:PORT` answers from a
+    warm Spark; without it Spark starts when a pipeline first has files to process.
+    """
+
+    master: str | None = Field(None, description="default: spark_master, else local[*]")
+    connect_port: int | None = Field(None, ge=1, le=65535)
+    connect_host: str = "127.0.0.1"
+
+
+class PipelineConfig(_Section):
+    """A pipeline the daemon runs every `interval_s`.
+
+    Either `spec` (run in the daemon's own Spark session, as `volume-stream run SPEC
+    --warehouse WAREHOUSE` would; with `isolate = true` as that command, in a child process)
+    or an explicit `command` (a list of arguments, always a child process) is required.
     """
 
     spec: Path | None = None
     command: list[str] | None = None
+    isolate: bool = False
     interval_s: float = Field(300.0, gt=0)
     timeout_s: float | None = Field(None, gt=0)
     run_on_start: bool = True
@@ -216,6 +235,7 @@ class DaemonConfig(BaseSettings):
     #: the Spark master of the pipelines the daemon runs (VOLUME_STREAM_SPARK_MASTER in their
     #: environment); None: theirs, else local[*]
     spark_master: str | None = None
+    spark: SparkConfig = SparkConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = False
     metrics: MetricsConfig = MetricsConfig()

@@ -17,3 +17,7 @@ class Settings(BaseSettings):
 
     warehouse: Path = Path("./warehouse")
     spark_master: str | None = None
+    #: `sc://host:port` of a Spark Connect server (a daemon's warm Spark) for SQL
+    spark_remote: str | None = None
+    #: let Spark's own log lines through (the CLI's --verbose sets it)
+    verbose: bool = False

@@ -33,7 +33,7 @@ from typing import Any
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.daemon import DaemonConfig, VolumeConfig
 from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
-from volume_stream.daemon.pipeline_runner import PipelineRunner
+from volume_stream.daemon.pipeline_runner import PipelineRunner, SharedSpark
 from volume_stream.daemon.volume_runner import VolumeRunner
 from volume_stream.errors import AlreadyExistsError, ConfigError, InvalidInputError
 from volume_stream.volumes import normalize_location
@@ -68,6 +68,9 @@ class Daemon:
         self.metrics = metrics or DaemonMetrics()
         self._open_watcher = open_watcher or self.catalog.watcher
         self._stop = threading.Event()
+        #: the one Spark session of in-process pipelines and of the Spark Connect server
+        self.spark = SharedSpark(config.spark, master=config.spark_master)
+        self._spark_thread: threading.Thread | None = None
         self.runners: dict[str, VolumeRunner] = {}
         self.pipelines: dict[str, PipelineRunner] = {}
         self.server: MetricsServer | None = None
@@ -164,16 +167,27 @@ class Daemon:
         for name, pcfg in cfg.pipelines.items():
             if pcfg.enabled:
                 pipeline = PipelineRunner(name, pcfg, cfg.warehouse, self.metrics, self._stop,
-                                          spark_master=cfg.spark_master)
+                                          spark_master=cfg.spark_master, spark=self.spark)
                 self.pipelines[name] = pipeline
                 pipeline.start()
         self._stats_thread = threading.Thread(target=self._stats_loop, daemon=True,
                                               name="volume-stream-daemon-stats")
         self._stats_thread.start()
+        if cfg.spark.connect_port is not None:  # warm Spark for `sql --remote`, off the
+            self._spark_thread = threading.Thread(  # listeners' path: they need no Spark
+                target=self._start_spark, daemon=True, name="volume-stream-daemon-spark")
+            self._spark_thread.start()
         log.info("daemon started: volumes %s, pipelines %s, warehouse %s",
                  sorted(self.runners), sorted(self.pipelines), cfg.warehouse,
                  extra={"pid": os.getpid()})
         return self
+
+    def _start_spark(self) -> None:
+        try:
+            self.spark.get()
+        except Exception as exc:
+            log.error("daemon: Spark (for Spark Connect on port %s) did not start: %s",
+                      self.config.spark.connect_port, exc)
 
     def stop(self) -> None:
         """Ask every loop to finish its batch and return (does not wait; see `join`)."""
@@ -193,6 +207,10 @@ class Daemon:
             done &= runner.join(left)
         if self._stats_thread is not None:
             self._stats_thread.join(5)
+        if self._spark_thread is not None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._spark_thread.join(left)
+        self.spark.stop()
         if self.server is not None:
             self.server.stop()
         if not done:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -150,9 +151,13 @@ class FileUdf:
             if isinstance(self.schema, StructType):
                 self._struct = self.schema
             else:
+                parsed = parse_simple_ddl(self.schema)
+                if parsed is not None:  # no JVM needed: a run with nothing to do stays fast
+                    self._struct = parsed
+                    return parsed
                 from volume_stream._spark import get_spark
 
-                get_spark()  # DDL parsing goes through the JVM
+                get_spark()  # other DDL (NOT NULL, COMMENT, char(n), intervals) needs the JVM
                 try:
                     parsed = StructType.fromDDL(self.schema)
                 except Exception as exc:
@@ -175,6 +180,115 @@ class FileUdf:
         except Exception as exc:
             raise InvalidInputError(f"file_udf {self.__name__}: schema {self.schema!r} has a "
                                     f"type Arrow cannot hold: {exc}") from exc
+
+
+_SIMPLE_TYPES = {
+    "boolean": "boolean", "byte": "byte", "tinyint": "byte", "short": "short",
+    "smallint": "short", "int": "integer", "integer": "integer", "long": "long",
+    "bigint": "long", "float": "float", "real": "float", "double": "double", "date": "date",
+    "timestamp": "timestamp", "timestamp_ltz": "timestamp", "timestamp_ntz": "timestamp_ntz",
+    "string": "string", "binary": "binary",
+}
+_DDL_TOKEN = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*|\d+|[<>(),:])")
+
+
+def parse_simple_ddl(ddl: str) -> StructType | None:
+    """Parse `name type, ...` DDL without Spark's JVM: the simple types, decimal(p,s),
+    array<T>, map<K,V> and struct<name:T,...>. Returns None for anything else (the caller
+    then asks Spark), so the result is always what `StructType.fromDDL` would give.
+
+    Example:
+        >>> parse_simple_ddl("format string, width int").fieldNames()
+        ['format', 'width']
+    """
+    from pyspark.sql.types import StructType
+
+    tokens, pos = [], 0
+    while pos < len(ddl):
+        if ddl[pos:].strip() == "":
+            break
+        match = _DDL_TOKEN.match(ddl, pos)
+        if match is None:
+            return None
+        tokens.append(match.group(1))
+        pos = match.end()
+    at = [0]
+
+    def peek() -> str | None:
+        return tokens[at[0]] if at[0] < len(tokens) else None
+
+    def take(expected: str | None = None) -> str:
+        token = peek()
+        if token is None or (expected is not None and token.lower() != expected):
+            raise ValueError(token)
+        at[0] += 1
+        return token
+
+    def name() -> str:
+        token = take()
+        if token.startswith("`"):
+            return token[1:-1].replace("``", "`")
+        if not (token[0].isalpha() or token[0] == "_"):
+            raise ValueError(token)
+        return token
+
+    def dtype() -> object:
+        word = take().lower()
+        if word in _SIMPLE_TYPES:
+            return _SIMPLE_TYPES[word]
+        if word in ("decimal", "dec", "numeric"):
+            precision, scale = 10, 0
+            if peek() == "(":
+                take("(")
+                precision = int(take())
+                if peek() == ",":
+                    take(",")
+                    scale = int(take())
+                take(")")
+            return f"decimal({precision},{scale})"
+        if word == "array":
+            take("<")
+            element = dtype()
+            take(">")
+            return {"type": "array", "elementType": element, "containsNull": True}
+        if word == "map":
+            take("<")
+            key = dtype()
+            take(",")
+            value = dtype()
+            take(">")
+            return {"type": "map", "keyType": key, "valueType": value,
+                    "valueContainsNull": True}
+        if word == "struct":
+            take("<")
+            fields = []
+            while True:
+                field_name = name()
+                if peek() == ":":
+                    take(":")
+                fields.append(field(field_name))
+                if peek() != ",":
+                    break
+                take(",")
+            take(">")
+            return {"type": "struct", "fields": fields}
+        raise ValueError(word)
+
+    def field(field_name: str) -> dict:
+        return {"name": field_name, "type": dtype(), "nullable": True, "metadata": {}}
+
+    try:
+        if not tokens:
+            return None
+        fields = [field(name())]
+        while peek() == ",":
+            take(",")
+            fields.append(field(name()))
+        if peek() is not None:
+            return None
+        return StructType.fromJson({"type": "struct", "fields": fields})
+    except (ValueError, KeyError, IndexError):
+        return None
 
 
 def file_udf(schema: str | StructType) -> Callable[[Callable[[FileRecord], Any]], FileUdf]:

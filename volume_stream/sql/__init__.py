@@ -13,7 +13,14 @@
 
 from volume_stream.errors import SqlError, SqlSyntaxError
 from volume_stream.sql.result import SqlResult
-from volume_stream.sql.runner import register_udf, run_script, run_sql, run_statement, statements
+from volume_stream.sql.runner import (
+    register_udf,
+    register_udf_lazily,
+    run_script,
+    run_sql,
+    run_statement,
+    statements,
+)
 from volume_stream.sql.udfs import registered_udfs
 
 __all__ = [
@@ -21,6 +28,7 @@ __all__ = [
     "SqlResult",
     "SqlSyntaxError",
     "register_udf",
+    "register_udf_lazily",
     "registered_udfs",
     "run_script",
     "run_sql",

@@ -32,6 +32,7 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
+from volume_stream._spark import is_connect
 from volume_stream.errors import (
     InvalidInputError,
     NotFoundError,
@@ -152,9 +153,10 @@ def analyze(statement: Statement, streams: dict[str, str], udfs: set[str],
             tree = sqlglot.parse_one(text, read="spark")
     except sqlglot.errors.SqlglotError as exc:
         named = _token_scan(statement, streams)
+        if spark_parse is None:  # no Spark to ask (not started yet): sqlglot's word is final
+            raise syntax_error(statement, exc) from exc
+        spark_parse(Analysis("other", statement.keyword, edits=edits).text(text))
         if named:
-            if spark_parse is not None:
-                spark_parse(Analysis("other", statement.keyword, edits=edits).text(text))
             raise InvalidInputError(
                 f"statement at line {statement.line} names streams {named} but could not be "
                 f"analysed to find where it reads them ({str(exc).splitlines()[0]}); rewrite it "
@@ -204,6 +206,27 @@ def analyze(statement: Statement, streams: dict[str, str], udfs: set[str],
 
 
 # ---------------------------------------------------------------------- errors
+def syntax_error(statement: Statement, exc: Exception) -> SqlSyntaxError:
+    """sqlglot's parse error as a `SqlSyntaxError` located in the script (no Spark needed)."""
+    errors = getattr(exc, "errors", None) or [{}]
+    first = errors[0]
+    line, col = first.get("line"), first.get("col")
+    offset = statement.pos
+    if line and col:
+        lines = statement.text.split("\n")
+        line = min(line, len(lines))
+        # sqlglot's col is where the offending token ends; point at its start
+        highlight = first.get("highlight") or ""
+        col0 = max(0, min(col, len(lines[line - 1])) - len(highlight))
+        offset += sum(len(x) + 1 for x in lines[:line - 1]) + col0
+    description = first.get("description") or str(exc).splitlines()[0]
+    found = first.get("highlight") or ""
+    message = description + (f" near {found!r}" if found else "")
+    line_no, column = position(statement.script, offset)
+    return SqlSyntaxError(message, line_no, column, found=found,
+                          snippet=statement.snippet(offset))
+
+
 def _script_offset(statement: Statement, analysis: Analysis, line: int, col0: int) -> int:
     """Offset in the script of (line, 0-based column) of the text that was sent to Spark."""
     sent = analysis.text(statement.text)
@@ -272,14 +295,29 @@ def _convert(exc: Exception, catalog, statement: Statement, analysis: Analysis) 
 # ---------------------------------------------------------------------- running
 def _sql(catalog, statement: Statement, analysis: Analysis):
     try:
-        return catalog.spark.sql(analysis.text(statement.text))
+        spark = catalog.spark
+        df = spark.sql(analysis.text(statement.text))
+        if is_connect(spark):
+            # Spark Connect analyses a query lazily, by name, at each use: resolve it now (so
+            # its errors are ours) and, if it reads stream views, compute it while they exist
+            if df.columns and analysis.streams:
+                df = df.localCheckpoint(eager=True)
+        return df
     except VolumeStreamError:
         raise
     except Exception as exc:  # Spark's errors become ours, located in the script
         raise _convert(exc, catalog, statement, analysis) from exc
 
 
-def _spark_parser(catalog, statement: Statement, edits: list) -> Callable[[str], None]:
+def _spark_parser(catalog, statement: Statement, edits: list) -> Callable[[str], None] | None:
+    """Spark's own parser (authoritative) once a local session runs; None before that, or on
+    Spark Connect (no parse-only call there): then sqlglot's verdict stands, and a syntax error
+    is reported without starting Spark."""
+    if not getattr(catalog, "spark_started", True):
+        return None
+    if is_connect(catalog.spark):
+        return lambda text: None  # Spark reports it when the statement runs
+
     def parse(text: str) -> None:
         try:
             # parse only (nothing is analysed or run): the session's own SQL parser
@@ -294,12 +332,16 @@ def _spark_parser(catalog, statement: Statement, edits: list) -> Callable[[str],
 
 
 def run(catalog, statement: Statement, udfs: set[str], *,
-        write: Callable[[object], str] | None = None, label: str | None = None) -> SqlResult:
+        write: Callable[[object], str] | None = None, label: str | None = None,
+        before_spark: Callable[[], None] | None = None) -> SqlResult:
     """Run one Spark SQL statement with its streams pinned; move offsets only on success.
 
     With `write` (a query feeding a warehouse-table write, `volume_stream.sql.tables`), the
     streams are consumed and `write(df)` runs inside the pins: the offsets move only when the
     write has committed. It returns what it did, for the result's message.
+
+    The statement is analysed (and a syntax error reported) before Spark is asked for;
+    `before_spark` runs just before (the CLI registers its deferred UDFs there).
     """
     streams = {s["name"].lower(): s["name"] for s in catalog.list_streams()}
     analysis = analyze(statement, streams, udfs,
@@ -308,6 +350,8 @@ def run(catalog, statement: Statement, udfs: set[str], *,
         analysis.kind, analysis.label = "write", label or analysis.label
     result = SqlResult(analysis.label, text=statement.text, line=statement.line)
     written = None
+    if before_spark is not None:
+        before_spark()
     spark = catalog.spark
     views = analysis.streams
     try:

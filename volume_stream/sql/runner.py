@@ -27,10 +27,12 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from volume_stream._spark import is_connect
 from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError, VolumeStreamError
 from volume_stream.sql import ddl, ddl_exec, tables
 from volume_stream.sql.lexer import Statement, split
 from volume_stream.sql.result import SqlResult
+from volume_stream.sql.udfs import PENDING as _PENDING
 from volume_stream.sql.udfs import UDFS as _UDFS
 from volume_stream.sql.udfs import registered_udfs
 
@@ -42,6 +44,7 @@ __all__ = [
     "SqlResult",
     "SqlSyntaxError",
     "register_udf",
+    "register_udf_lazily",
     "registered_udfs",
     "run_script",
     "run_sql",
@@ -80,7 +83,17 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
             if exc.advice and "sql" in exc.advice:
                 exc.args = (exc.message("sql"),)  # SQL advice for SQL ("CREATE OR REPLACE")
             raise
-    return tables.run(catalog, statement, set(_UDFS.get(catalog.spark, {})))
+    if getattr(catalog, "spark_started", True):
+        _flush_pending(catalog)
+        udfs = set(_UDFS.get(catalog.spark, {}))
+    else:  # Spark starts only if the statement parses (dml.run): syntax errors come first
+        udfs = {name.lower() for name, _, _ in _PENDING.get(catalog, [])}
+    return tables.run(catalog, statement, udfs, before_spark=lambda: _flush_pending(catalog))
+
+
+def _flush_pending(catalog: Catalog) -> None:
+    for name, fn, return_type in _PENDING.pop(catalog, []):
+        register_udf(catalog, name, fn, return_type)
 
 
 def run_script(catalog: Catalog, text: str) -> Iterator[SqlResult]:
@@ -111,6 +124,42 @@ def run_sql(catalog: Catalog, text: str) -> SqlResult:
     return results[-1]
 
 
+def register_udf_lazily(catalog: Catalog, name: str, fn: Callable[..., Any] | Any,
+                        return_type: Any = "string") -> None:
+    """`register_udf` when the catalog's Spark session starts (at once if it runs already), so
+    a script of DDL or with a syntax error never starts Spark for its UDFs.
+
+    Example:
+        >>> register_udf_lazily(cat, "shout", lambda s: s.upper() + "!")
+    """
+    _check_udf(name, fn)
+    if getattr(catalog, "spark_started", True):
+        register_udf(catalog, name, fn, return_type)
+    else:
+        _PENDING.setdefault(catalog, []).append((name, fn, return_type))
+
+
+def _check_udf(name: str, fn: Any) -> None:
+    if not isinstance(name, str) or not _UDF_NAME.match(name):
+        raise InvalidInputError(f"invalid function name {name!r}: use letters, digits and '_', "
+                                f"starting with a letter or '_'")
+    if not callable(fn):
+        raise InvalidInputError(f"register_udf({name!r}, ...) needs a function, not "
+                                f"{type(fn).__name__}")
+
+
+def _pickle_by_value(fn: Any) -> None:
+    import sys
+
+    from pyspark import cloudpickle
+
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if module is not None and module.__name__ not in ("__main__", "builtins"):
+        package = module.__name__.split(".")[0]
+        if package not in ("volume_stream", "connectors", "directory_table", "pyspark"):
+            cloudpickle.register_pickle_by_value(module)
+
+
 def register_udf(catalog: Catalog, name: str, fn: Callable[..., Any] | Any,
                  return_type: Any = "string") -> None:
     """Make a Python function callable from `catalog.sql(...)` as `name(...)`.
@@ -125,13 +174,10 @@ def register_udf(catalog: Catalog, name: str, fn: Callable[..., Any] | Any,
         >>> cat.sql("SELECT fc_image_to_text('dish', 'file:///a.jpg') AS r").rows
         [{'r': 'noodles'}]
     """
-    if not isinstance(name, str) or not _UDF_NAME.match(name):
-        raise InvalidInputError(f"invalid function name {name!r}: use letters, digits and '_', "
-                                f"starting with a letter or '_'")
-    if not callable(fn):
-        raise InvalidInputError(f"register_udf({name!r}, ...) needs a function, not "
-                                f"{type(fn).__name__}")
+    _check_udf(name, fn)
     spark = catalog.spark
+    if is_connect(spark):  # the server may not have the function's module: ship its code
+        _pickle_by_value(fn)
     from pyspark.errors import PySparkException
 
     try:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["UDFS", "registered_udfs"]
+__all__ = ["PENDING", "UDFS", "registered_udfs"]
 
 #: Python UDFs registered through `sql.register_udf`: {session: {lower-case name: name}}
 UDFS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+
+#: UDFs waiting for the catalog's Spark session: {catalog: [(name, fn, return_type)]}
+PENDING: weakref.WeakKeyDictionary[Any, list[tuple[str, Any, Any]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def registered_udfs(spark: Any) -> list[str]:
