@@ -16,7 +16,7 @@ DELETE are translated (sqlglot) and run by delta-rs without Spark.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -295,14 +295,20 @@ def _show(statement: Statement, store: TableStore) -> SqlResult:
                    ["name", "columns", "version", "change_tracking", "comment", "path"])
 
 
-def run(catalog, statement: Statement, udfs: set[str]) -> SqlResult:
+def run(catalog, statement: Statement, udfs: set[str], *,
+        before_spark: Callable[[], None] | None = None) -> SqlResult:
     """Run a statement that is not our DDL: warehouse-table DDL and DML here, the rest in Spark
-    with the warehouse tables it reads visible."""
+    with the warehouse tables it reads visible.
+
+    `before_spark` runs once the statement has parsed, before anything may start Spark (the
+    CLI registers its deferred UDFs there): a syntax error never starts Spark."""
     words = [t.upper for t in statement.tokens[:3]]
     store: TableStore = catalog.tables
     if words[:2] == ["SHOW", "TABLES"] and len(statement.tokens) == 2:
         return _show(statement, store)
     tree = _parse(statement.text)
+    if before_spark is not None:
+        before_spark()
     if isinstance(tree, exp.Create) and str(tree.args.get("kind")).upper() == "TABLE" \
             and _plain_table(tree.this) is not None:
         return _create(catalog, statement, tree, udfs)
