@@ -33,6 +33,8 @@ from volume_stream import datasource
 from volume_stream._spark import get_spark
 from volume_stream.errors import converted
 from volume_stream.pipelines.pipeline import Pipeline
+from volume_stream.shards import ChangeLog, Shard
+from volume_stream.shards import meta as shard_meta
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
 from volume_stream.volumes.registry import RefreshMetrics, VolumeRegistry
@@ -117,17 +119,22 @@ class Catalog:
 
     def create_volume(self, name: str, location: str | os.PathLike, *, recursive: bool = True,
                       notification: Any = None, replace: bool = False,
-                      **options: Any) -> VolumeSpec:
+                      shards: int | None = None, **options: Any) -> VolumeSpec:
         """Register a volume and create its (empty) directory table at version 0.
 
         Options: `include` / `exclude` (globs on relative paths), `data_retention_days`
-        (default 7), and backend options (endpoint, region, credentials: never stored).
+        (default 7), `shards` (of its change log, default 1: `change_log`), and backend
+        options (endpoint, region, credentials: never stored).
 
         Example:
             >>> cat.create_volume("landing", "/data/landing", recursive=False)
         """
-        return self.volumes.create(name, location, recursive=recursive,
+        spec = self.volumes.create(name, location, recursive=recursive,
                                    notification=notification, replace=replace, **options)
+        if shards is not None:
+            buckets = self.directory_table(name).layout().buckets
+            shard_meta.ensure(self.warehouse, name, buckets, shards=shards)
+        return spec
 
     def drop_volume(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
         """Remove a volume, its directory table and (with `cascade=True`) its streams."""
@@ -275,3 +282,35 @@ class Catalog:
     def register_udf(self, name: str, fn: Any, return_type: Any = "string") -> None:
         """Make a Python function callable from `sql()` under `name`."""
         register_udf(self, name, fn, return_type)
+
+    # ------------------------------------------------------------------ change logs (shards)
+    def change_log(self, volume: str, *, label: str | None = None, **options: Any) -> ChangeLog:
+        """The volume's change log (its newest stream, or the one `label` names), split into
+        shards read through iterators, DynamoDB Streams style (`volume_stream.shards`).
+        Options: `region`, `account_id` (12 digits) for its ARN.
+
+        Example:
+            >>> log = cat.change_log("landing")
+            >>> it = log.iterator(log.shards()[0].shard_id, "TRIM_HORIZON")
+            >>> log.get_records(it).records
+        """
+        return ChangeLog(self, volume, label=label, **options)
+
+    def reshard(self, volume: str, shards: int) -> list[Shard]:
+        """Close every open shard of the volume's change log at the latest version and open
+        `shards` children naming their parents; returns the children."""
+        return self.change_log(volume).reshard(shards)
+
+    def enable_change_log(self, volume: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
+                          shards: int = 1) -> ChangeLog:
+        """Start a new change log stream (new label) from the latest version on."""
+        table = self.directory_table(volume)
+        shard_meta.enable(self.warehouse, volume, table.layout().buckets, table.version(),
+                          view_type=view_type, shards=shards)
+        return self.change_log(volume)
+
+    def disable_change_log(self, volume: str) -> None:
+        """Close every open shard at the latest version; records stay readable until the
+        volume's retention period after now."""
+        self.change_log(volume)
+        shard_meta.disable(self.warehouse, volume, self.directory_table(volume).version())

@@ -1,0 +1,183 @@
+"""A volume's change log metadata in the warehouse catalog (kind "change_log", named after the
+volume), changed only by compare-and-swap (`Warehouse.mutate`), like stream offsets.
+
+    {"volume": "landing", "volume_id": "…", "buckets": 128,
+     "streams": [{"label": "2026-11-23T16:20:01.123", "created_at": "…", "view_type": "…",
+                  "start_version": 0, "disabled_version": null, "disabled_at": null,
+                  "shards": [{"id": "shardId-…", "lo": 0, "hi": 128, "parent": null,
+                              "sibling": null, "start_version": 0, "end_version": null}]}]}
+
+A shard holds the keys whose directory-table bucket is in [lo, hi) for the versions
+(start_version, end_version]. A reshard closes every open shard at the latest version and opens
+children over equal bucket ranges; each child names the shard holding its first bucket as
+parent and, when it also covers part of a second one (a merge), that one as parent sibling, as
+Tablestore does. A child may not cover more than two parents (reshard in steps).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from volume_stream.errors import InvalidInputError, NotFoundError
+from volume_stream.shards.model import check_view_type, shard_id
+from volume_stream.warehouse import VOLUME, CatalogState, Warehouse, entry, now
+
+__all__ = ["CHANGE_LOG", "disable", "enable", "ensure", "reshard"]
+
+CHANGE_LOG = "change_log"
+
+
+def _label(taken: set[str], when: datetime | None = None) -> str:
+    """The stream's creation time, `2015-05-11T21:21:33.291` style, unique in this log."""
+    when = when or datetime.now(UTC)
+    while True:
+        label = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}"
+        if label not in taken:
+            return label
+        when += timedelta(milliseconds=1)
+
+
+def _ranges(buckets: int, n: int) -> list[tuple[int, int]]:
+    return [(i * buckets // n, (i + 1) * buckets // n) for i in range(n)]
+
+
+def _check_count(n: Any, buckets: int) -> int:
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= buckets:
+        raise InvalidInputError(
+            f"shard count must be an integer from 1 to the directory table's bucket count "
+            f"({buckets}), not {n!r}")
+    return n
+
+
+def _new_stream(volume_id: str, buckets: int, n: int, view_type: str, start_version: int,
+                taken: set[str], when: datetime | None = None) -> dict[str, Any]:
+    label = _label(taken, when)
+    shards = [{"id": shard_id(volume_id, label, lo, hi, start_version), "lo": lo, "hi": hi,
+               "parent": None, "sibling": None, "start_version": start_version,
+               "end_version": None} for lo, hi in _ranges(buckets, n)]
+    return {"label": label, "created_at": now(), "view_type": view_type,
+            "start_version": start_version, "disabled_version": None, "disabled_at": None,
+            "shards": shards}
+
+
+def _current(state: CatalogState, volume: str, volume_id: str) -> dict[str, Any] | None:
+    meta = state.get((CHANGE_LOG, volume))
+    if meta is None or meta.get("volume_id") != volume_id:
+        return None  # none yet, or left over from a dropped volume of the same name
+    return meta
+
+
+def _volume_id(state: CatalogState, volume: str) -> str:
+    return entry(state, VOLUME, volume)["id"]
+
+
+def ensure(warehouse: Warehouse, volume: str, buckets: int, *, shards: int = 1,
+           view_type: str = "NEW_AND_OLD_IMAGES", start_version: int = 0,
+           created: datetime | None = None) -> dict[str, Any]:
+    """The volume's change log metadata, created (enabled, `shards` shards from
+    `start_version`) if the volume has none."""
+    view_type = check_view_type(view_type)
+    _check_count(shards, buckets)
+    state = warehouse.read()
+    meta = _current(state, volume, _volume_id(state, volume))
+    if meta is not None:
+        return meta
+
+    def create(state: CatalogState) -> dict[str, Any]:
+        vid = _volume_id(state, volume)
+        meta = _current(state, volume, vid)
+        if meta is None:
+            meta = {"volume": volume, "volume_id": vid, "buckets": buckets,
+                    "streams": [_new_stream(vid, buckets, shards, view_type, start_version,
+                                            set(), created)]}
+            state[(CHANGE_LOG, volume)] = meta
+        return meta
+
+    return warehouse.mutate(create)
+
+
+def _enabled(meta: dict[str, Any], volume: str) -> dict[str, Any]:
+    stream = meta["streams"][-1]
+    if stream["disabled_version"] is not None:
+        raise InvalidInputError(f"the change log of volume {volume!r} is disabled; enable it "
+                                f"with enable_change_log({volume!r})")
+    return stream
+
+
+def _locked(state: CatalogState, volume: str) -> dict[str, Any]:
+    meta = _current(state, volume, _volume_id(state, volume))
+    if meta is None:
+        raise NotFoundError(CHANGE_LOG, volume, [n for k, n in state if k == CHANGE_LOG])
+    return meta
+
+
+def reshard(warehouse: Warehouse, volume: str, n: int, version: int) -> list[dict[str, Any]]:
+    """Close every open shard at `version` and open `n` children (returns them)."""
+
+    def change(state: CatalogState) -> list[dict[str, Any]]:
+        meta = _locked(state, volume)
+        stream = _enabled(meta, volume)
+        buckets = meta["buckets"]
+        _check_count(n, buckets)
+        open_shards = sorted((s for s in stream["shards"] if s["end_version"] is None),
+                             key=lambda s: s["lo"])
+        start = max(version, max(s["start_version"] for s in open_shards))
+        children = []
+        for lo, hi in _ranges(buckets, n):
+            parents = [s for s in open_shards if s["lo"] < hi and lo < s["hi"]]
+            if len(parents) > 2:
+                raise InvalidInputError(
+                    f"volume {volume!r}: resharding {len(open_shards)} shards into {n} would "
+                    f"give a shard {len(parents)} parents (at most 2: a split or a merge of "
+                    f"two); reshard in steps")
+            children.append({
+                "id": shard_id(meta["volume_id"], stream["label"], lo, hi, start),
+                "lo": lo, "hi": hi, "parent": parents[0]["id"],
+                "sibling": parents[1]["id"] if len(parents) == 2 else None,
+                "start_version": start, "end_version": None})
+        for s in open_shards:
+            s["end_version"] = start
+        stream["shards"].extend(children)
+        return children
+
+    return warehouse.mutate(change)
+
+
+def disable(warehouse: Warehouse, volume: str, version: int) -> dict[str, Any]:
+    """Close every open shard at `version`; the stream stays readable for the retention."""
+
+    def change(state: CatalogState) -> dict[str, Any]:
+        meta = _locked(state, volume)
+        stream = _enabled(meta, volume)
+        for s in stream["shards"]:
+            if s["end_version"] is None:
+                s["end_version"] = max(version, s["start_version"])
+        stream["disabled_version"] = max(version, stream["start_version"])
+        stream["disabled_at"] = now()
+        return stream
+
+    return warehouse.mutate(change)
+
+
+def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
+           view_type: str = "NEW_AND_OLD_IMAGES", shards: int = 1) -> dict[str, Any]:
+    """A new stream (new label) from `version` on; InvalidInputError if one is enabled."""
+    view_type = check_view_type(view_type)
+
+    def change(state: CatalogState) -> dict[str, Any]:
+        vid = _volume_id(state, volume)
+        meta = _current(state, volume, vid)
+        if meta is None:
+            meta = {"volume": volume, "volume_id": vid, "buckets": buckets, "streams": []}
+            state[(CHANGE_LOG, volume)] = meta
+        elif meta["streams"] and meta["streams"][-1]["disabled_version"] is None:
+            raise InvalidInputError(f"the change log of volume {volume!r} is already enabled "
+                                    f"(stream {meta['streams'][-1]['label']})")
+        _check_count(shards, meta["buckets"])
+        stream = _new_stream(vid, meta["buckets"], shards, view_type, version,
+                             {s["label"] for s in meta["streams"]})
+        meta["streams"].append(stream)
+        return stream
+
+    return warehouse.mutate(change)
