@@ -127,12 +127,14 @@ class ChangeLog:
             return self.table.oldest_version()
 
     def shards(self) -> list[Shard]:
-        """The shards, parents before children; closed shards with nothing kept are left out."""
+        """The shards, parents before children; closed shards whose records retention removed
+        are left out (an empty one, closed where it opened, stays until then)."""
         self._reload()
         oldest = self.oldest_version()
         shards = [Shard.from_meta(s) for s in self.stream["shards"]]
-        kept = [s for s in shards if s.end_version is None or s.end_version > oldest]
-        return sorted(kept, key=lambda s: (s.start_version, s.bucket_lo))
+        kept = [s for s in shards if s.end_version is None or s.end_version > oldest
+                or s.start_version >= oldest]
+        return kept  # in creation order: parents before children
 
     def _shard(self, shard_id: str) -> Shard:
         for s in self.stream["shards"]:

@@ -53,9 +53,9 @@ def _check_count(n: Any, buckets: int) -> int:
 def _new_stream(volume_id: str, buckets: int, n: int, view_type: str, start_version: int,
                 taken: set[str], when: datetime | None = None) -> dict[str, Any]:
     label = _label(taken, when)
-    shards = [{"id": shard_id(volume_id, label, lo, hi, start_version), "lo": lo, "hi": hi,
+    shards = [{"id": shard_id(volume_id, label, lo, hi, start_version, i), "lo": lo, "hi": hi,
                "parent": None, "sibling": None, "start_version": start_version,
-               "end_version": None} for lo, hi in _ranges(buckets, n)]
+               "end_version": None} for i, (lo, hi) in enumerate(_ranges(buckets, n))]
     return {"label": label, "created_at": now(), "view_type": view_type,
             "start_version": start_version, "disabled_version": None, "disabled_at": None,
             "shards": shards}
@@ -124,7 +124,7 @@ def reshard(warehouse: Warehouse, volume: str, n: int, version: int) -> list[dic
                              key=lambda s: s["lo"])
         start = max(version, max(s["start_version"] for s in open_shards))
         children = []
-        for lo, hi in _ranges(buckets, n):
+        for i, (lo, hi) in enumerate(_ranges(buckets, n)):
             parents = [s for s in open_shards if s["lo"] < hi and lo < s["hi"]]
             if len(parents) > 2:
                 raise InvalidInputError(
@@ -132,7 +132,8 @@ def reshard(warehouse: Warehouse, volume: str, n: int, version: int) -> list[dic
                     f"give a shard {len(parents)} parents (at most 2: a split or a merge of "
                     f"two); reshard in steps")
             children.append({
-                "id": shard_id(meta["volume_id"], stream["label"], lo, hi, start),
+                "id": shard_id(meta["volume_id"], stream["label"], lo, hi, start,
+                               len(stream["shards"]) + i),
                 "lo": lo, "hi": hi, "parent": parents[0]["id"],
                 "sibling": parents[1]["id"] if len(parents) == 2 else None,
                 "start_version": start, "end_version": None})

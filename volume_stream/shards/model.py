@@ -55,9 +55,12 @@ def parse_sequence_number(value: Any) -> Position:
     return int(text[1:1 + _VERSION_DIGITS]), int(text[1 + _VERSION_DIGITS:])
 
 
-def shard_id(volume_id: str, label: str, lo: int, hi: int, start_version: int) -> str:
-    """`shardId-<20 digits>-<8 hex>` (37 characters), stable for the same shard."""
-    digest = hashlib.sha1(f"{volume_id}/{label}/{lo}/{hi}/{start_version}".encode()).hexdigest()
+def shard_id(volume_id: str, label: str, lo: int, hi: int, start_version: int,
+             ordinal: int) -> str:
+    """`shardId-<20 digits>-<8 hex>` (37 characters); `ordinal` numbers the stream's shards,
+    so a reshard at the same version never repeats an id."""
+    digest = hashlib.sha1(f"{volume_id}/{label}/{lo}/{hi}/{start_version}/{ordinal}".encode()
+                          ).hexdigest()
     return f"shardId-{start_version:020d}-{digest[:8]}"
 
 
