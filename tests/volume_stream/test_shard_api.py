@@ -198,3 +198,37 @@ def test_signatures_checked_with_keys(cat, ev):
             urllib.request.urlopen(req, timeout=10)
         assert raw.value.code == 400
         assert "MissingAuthenticationToken" in json.loads(raw.value.read())["__type"]
+
+
+def test_cli_serves_signed_requests_until_interrupted(cat, ev, tmp_path):
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    apply(cat, ev.put("a.txt"))
+    cli = str(Path(sys.executable).parent / "volume-stream")
+    env = {**__import__("os").environ, "VOLUME_STREAM_SHARD_API_SECRET": "s3cret"}
+    proc = subprocess.Popen([cli, "shard-api", "--warehouse", str(cat.warehouse.root),
+                             "--listen", "127.0.0.1:0", "--access-key-id", "AKIDCLI"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        line, deadline = "", time.monotonic() + 60
+        while "shard API on" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "shard-api exited early"
+        url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        streams = client(url, key="AKIDCLI", secret="s3cret").list_streams()["Streams"]
+        assert [s["TableName"] for s in streams] == ["vol"]
+        with pytest.raises(ClientError) as err:
+            client(url, key="AKIDCLI", secret="nope").list_streams()
+        assert code(err) == "InvalidSignatureException"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    bad = subprocess.run([cli, "shard-api", "--warehouse", str(cat.warehouse.root),
+                          "--listen", "nowhere"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "--listen must be HOST:PORT" in bad.stderr
+    assert "Traceback" not in bad.stderr

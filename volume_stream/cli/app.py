@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import run as run_commands
+from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
 from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows
 from volume_stream.cli._common import catalog as _catalog
@@ -159,6 +160,7 @@ def watch(
 run_commands.register(app)
 daemon_commands.register(app)
 sql_commands.register(app)
+shard_api_commands.register(app)
 
 
 def main() -> None:
