@@ -35,6 +35,7 @@ from volume_stream.errors import converted
 from volume_stream.pipelines.pipeline import Pipeline
 from volume_stream.shards import ChangeLog, Shard
 from volume_stream.shards import meta as shard_meta
+from volume_stream.shards.export import ExportResult, export_changes
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
 from volume_stream.volumes.registry import RefreshMetrics, VolumeRegistry
@@ -314,3 +315,11 @@ class Catalog:
         volume's retention period after now."""
         self.change_log(volume)
         shard_meta.disable(self.warehouse, volume, self.directory_table(volume).version())
+
+    def export_changes(self, volume: str, *, out: str | os.PathLike, **options: Any
+                       ) -> ExportResult:
+        """DataX-style export of the changes committed in [start_ms, end_ms) (or `date`,
+        yyyyMMdd UTC) to `out`; options: `format` (parquet, csv, delta), `status_table`,
+        `export_sequence_info`, `max_retries`, `parallelism`, `mbps`
+        (`volume_stream.shards.export`)."""
+        return export_changes(self, volume, out=out, **options)
