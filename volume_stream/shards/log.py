@@ -17,6 +17,7 @@ warehouse catalog (`shards.meta`), the records come from the directory table
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -35,9 +36,11 @@ from volume_stream.shards.model import (
     ITERATOR_KINDS,
     MAX_ROW,
     Position,
+    Record,
     RecordsPage,
     Shard,
     parse_sequence_number,
+    sequence_number,
 )
 from volume_stream.shards.reader import CommitTimes, shard_records
 
@@ -47,6 +50,9 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_ACCOUNT = "000000000000"
 MAX_LIMIT = 1000
 MAX_BYTES = 1024 * 1024
+#: versions per read window (on a fixed grid, so pages of one window share its cached read)
+WINDOW = 64
+_WINDOWS_CACHED = 4
 
 
 def _expired(stream: dict[str, Any], retention_days: float, now: datetime) -> bool:
@@ -94,6 +100,7 @@ class ChangeLog:
                                  if not _expired(v, self.spec.retention_days, datetime.now(UTC))])
         self._signer = IteratorSigner(catalog.warehouse.root)
         self._times = CommitTimes(self.table)
+        self._windows: dict[tuple[str, int, int], tuple[list[Record], list[str]]] = {}
 
     # ------------------------------------------------------------------ description
     @property
@@ -135,6 +142,19 @@ class ChangeLog:
         kept = [s for s in shards if s.end_version is None or s.end_version > oldest
                 or s.start_version >= oldest]
         return kept  # in creation order: parents before children
+
+    def _window(self, shard: Shard, a: int, b: int) -> tuple[list[Record], list[str]]:
+        """The shard's records of versions (a, b] and their sequence numbers, cached (a few
+        windows): consecutive pages of one window read its change data feed once."""
+        key = (shard.shard_id, a, b)
+        hit = self._windows.pop(key, None)
+        if hit is None:
+            recs = shard_records(self.table, shard, a, b, self.view_type, self._times)
+            hit = (recs, [r.sequence_number for r in recs])
+        self._windows[key] = hit
+        while len(self._windows) > _WINDOWS_CACHED:
+            self._windows.pop(next(iter(self._windows)))
+        return hit
 
     def _shard(self, shard_id: str) -> Shard:
         for s in self.stream["shards"]:
@@ -217,18 +237,21 @@ class ChangeLog:
         shard = self._shard(payload["shard"])
         pos: Position = (int(payload["pos"][0]), int(payload["pos"][1]))
         with converted(f"volume {self.volume!r}"):
-            self._check_kept(pos, self.oldest_version(), shard.shard_id)
+            oldest = self.oldest_version()
+            self._check_kept(pos, oldest, shard.shard_id)
             hi = shard.end_version if shard.closed else self.table.version()
             hi = max(hi, shard.start_version)
-            records, cut, ran = [], False, False
-            a, chunk = pos[0] if pos[1] == MAX_ROW else pos[0] - 1, 16
-            while a < hi and len(records) < limit:
+            records: list[Record] = []
+            a, ran, after = pos[0] if pos[1] == MAX_ROW else pos[0] - 1, False, sequence_number(*pos)
+            while a < hi and len(records) <= limit:
                 ran = True
-                b = min(hi, a + chunk)
-                for r in shard_records(self.table, shard, a, b, self.view_type, self._times):
-                    if (r.commit_version, int(r.sequence_number[-10:])) > pos:
-                        records.append(r)
-                a, chunk = b, min(chunk * 2, 4096)
+                g = max(a - a % WINDOW, shard.start_version, oldest)  # windows on a fixed grid
+                b = min(hi, g + WINDOW)
+                recs, seqs = self._window(shard, g, b)
+                i = bisect.bisect_right(seqs, after)
+                records += recs[i:i + limit + 1 - len(records)]
+                a = b
+        cut = False
         if len(records) > limit:
             records, cut = records[:limit], True
         total = 0
