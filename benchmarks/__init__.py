@@ -11,6 +11,7 @@ summary goes to `.bench/results.json`.
     scale        10-event and 10k-event batches, change reads and optimize at 10M rows
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
+    shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
@@ -24,11 +25,12 @@ from benchmarks import (
     bench_sqs,
     discovery,
     scale,
+    shards,
     stream_read,
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline)}
+BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
+                                       bench_sqs, bench_pipeline)}
 
 __all__ = ["BENCHMARKS"]

@@ -314,7 +314,9 @@ class Catalog:
         """Close every open shard at the latest version; records stay readable until the
         volume's retention period after now."""
         self.change_log(volume)
-        shard_meta.disable(self.warehouse, volume, self.directory_table(volume).version())
+        table = self.directory_table(volume)
+        with converted(f"volume {volume!r}"):
+            shard_meta.disable(self.warehouse, volume, table.version)
 
     def export_changes(self, volume: str, *, out: str | os.PathLike, **options: Any
                        ) -> ExportResult:

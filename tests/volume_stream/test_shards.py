@@ -267,3 +267,30 @@ def test_reshard_under_concurrent_writes(cat, data_dir, ev):
     records = read_all(cat.change_log("busy"), limit=7)
     assert sorted(r.key["relative_path"] for r in records) == [f"w{i:03d}" for i in range(40)]
     assert all(r.event_name == "INSERT" for r in records)
+
+
+def test_reshard_left_half_done_is_finished_by_a_reader(cat, data_dir, ev):
+    """A reshard process that died after committing its intent (step 1) but before closing
+    the shards (step 2): the next reader closes them at a version it reads then, so records
+    written meanwhile are read once, from the children."""
+    from volume_stream.shards.meta import CHANGE_LOG
+
+    cat.create_volume("half", data_dir, shards=1)
+    apply(cat, ev.put("a"), volume="half")
+    log = cat.change_log("half")
+    (sid,) = [s.shard_id for s in log.shards()]
+    it = log.iterator(sid, "TRIM_HORIZON")
+
+    def intent(state):
+        state[(CHANGE_LOG, "half")]["streams"][-1]["closing"] = {"shards": 2}
+
+    cat.warehouse.mutate(intent)
+    apply(cat, ev.put("b"), ev.put("c"), volume="half")       # after the intent
+    page = log.get_records(it)
+    shards = log.shards()
+    assert len(shards) == 3 and shards[0].closed and shards[0].end_version == 2
+    assert sorted(r.key["relative_path"] for r in page.records) == ["a", "b", "c"]
+    assert page.next_iterator is None                        # the parent is drained
+    apply(cat, ev.put("d"), volume="half")
+    assert sorted(r.key["relative_path"] for r in read_all(cat.change_log("half"))) == [
+        "a", "b", "c", "d"]

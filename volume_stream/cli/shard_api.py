@@ -2,7 +2,7 @@
 warehouse's change logs (`volume_stream.serve`).
 
     volume-stream shard-api --warehouse ./warehouse --listen 127.0.0.1:8000 \\
-        [--access-key-id ID --secret-access-key SECRET] [--region us-east-1] [--account-id 12 digits]
+        [--access-key-id ID --secret-access-key SECRET] [--region R] [--account-id 12DIGITS]
 
 With keys, every request must be SigV4-signed with them; the secret can also come from
 $VOLUME_STREAM_SHARD_API_SECRET so it stays out of the process list. Ctrl-C stops it.

@@ -2,7 +2,8 @@
 template. Either form is read:
 
     {"configuration": {"reader": {"plugin": "otsstream", "parameter": {...}},
-                       "writer": {"plugin": "...", "parameter": {"path": "...", "format": "parquet"}},
+                       "writer": {"plugin": "...",
+                                  "parameter": {"path": "...", "format": "parquet"}},
                        "setting": {"speed": {"concurrent": 4, "mbps": 10},
                                    "errorLimit": {"record": 0}}}}
     {"job": {"content": [{"reader": {"name": "otsstream", ...}, "writer": {...}}],

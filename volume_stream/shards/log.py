@@ -143,6 +143,22 @@ class ChangeLog:
                 or s.start_version >= oldest]
         return kept  # in creation order: parents before children
 
+    def _state(self, shard_id: str) -> tuple[Shard, int]:
+        """The shard and the last version to read from it: its end once closed; while open,
+        the latest version, read *before* the catalog (a reshard commits its intent, then
+        closes at a version it reads after: at least this one; `meta._intend`)."""
+        cached = next((s for s in self.stream["shards"] if s["id"] == shard_id), None)
+        if cached is not None and cached["end_version"] is not None:
+            return Shard.from_meta(cached), cached["end_version"]  # closed for good
+        with converted(f"volume {self.volume!r}"):
+            latest = self.table.version()
+            self._reload()
+            if self.stream.get("closing") and self.stream is self.meta["streams"][-1]:
+                shard_meta.finish(self.catalog.warehouse, self.volume, self.table.version)
+                self._reload()
+        shard = self._shard(shard_id)
+        return shard, shard.end_version if shard.closed else latest
+
     def _window(self, shard: Shard, a: int, b: int) -> tuple[list[Record], list[str]]:
         """The shard's records of versions (a, b] and their sequence numbers, cached (a few
         windows): consecutive pages of one window read its change data feed once."""
@@ -172,8 +188,7 @@ class ChangeLog:
             NotFoundError: no such shard. InvalidInputError: bad kind or sequence number.
             TrimmedDataError: the sequence number is older than retention keeps.
         """
-        self._reload()
-        shard = self._shard(shard_id)
+        shard, hi = self._state(shard_id)
         kind = str(kind).upper()
         if kind not in ITERATOR_KINDS:
             raise InvalidInputError(f"invalid shard iterator type {kind!r}; valid types: "
@@ -187,9 +202,7 @@ class ChangeLog:
         if kind == "TRIM_HORIZON":
             pos: Position = (max(shard.start_version, oldest), MAX_ROW)
         elif kind == "LATEST":
-            with converted(f"volume {self.volume!r}"):
-                latest = top if top is not None else self.table.version()
-            pos = (max(latest, shard.start_version), MAX_ROW)
+            pos = (max(hi, shard.start_version), MAX_ROW)
         else:
             version, row = parse_sequence_number(sequence_number)
             if version <= shard.start_version or (top is not None and version > top):
@@ -233,16 +246,15 @@ class ChangeLog:
                 self.spec.id, self.volume, self.label):
             raise ExpiredIteratorError(f"shard iterator belongs to another change log than "
                                        f"{self.arn}")
-        self._reload()
-        shard = self._shard(payload["shard"])
+        shard, hi = self._state(payload["shard"])
         pos: Position = (int(payload["pos"][0]), int(payload["pos"][1]))
         with converted(f"volume {self.volume!r}"):
             oldest = self.oldest_version()
             self._check_kept(pos, oldest, shard.shard_id)
-            hi = shard.end_version if shard.closed else self.table.version()
             hi = max(hi, shard.start_version)
             records: list[Record] = []
-            a, ran, after = pos[0] if pos[1] == MAX_ROW else pos[0] - 1, False, sequence_number(*pos)
+            a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
+            ran, after = False, sequence_number(*pos)
             while a < hi and len(records) <= limit:
                 ran = True
                 g = max(a - a % WINDOW, shard.start_version, oldest)  # windows on a fixed grid
@@ -273,7 +285,7 @@ class ChangeLog:
     def reshard(self, n: int) -> list[Shard]:
         """Close every open shard at the latest version and open `n` children."""
         with converted(f"volume {self.volume!r}"):
-            version = self.table.version()
-        children = shard_meta.reshard(self.catalog.warehouse, self.volume, n, version)
+            children = shard_meta.reshard(self.catalog.warehouse, self.volume, n,
+                                          self.table.version)
         self._reload()
         return [Shard.from_meta(c) for c in children]

@@ -16,6 +16,7 @@ Tablestore does. A child may not cover more than two parents (reshard in steps).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -112,53 +113,86 @@ def _locked(state: CatalogState, volume: str) -> dict[str, Any]:
     return meta
 
 
-def reshard(warehouse: Warehouse, volume: str, n: int, version: int) -> list[dict[str, Any]]:
-    """Close every open shard at `version` and open `n` children (returns them)."""
-
-    def change(state: CatalogState) -> list[dict[str, Any]]:
-        meta = _locked(state, volume)
-        stream = _enabled(meta, volume)
+def _close(stream: dict[str, Any], meta: dict[str, Any], version: int, volume: str,
+           plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Apply a closing intent at `version`: close the open shards there and open the planned
+    children (a reshard) or mark the stream disabled."""
+    open_shards = sorted((s for s in stream["shards"] if s["end_version"] is None),
+                         key=lambda s: s["lo"])
+    start = max([version, stream["start_version"]] + [s["start_version"] for s in open_shards])
+    children = []
+    if "shards" in plan:
         buckets = meta["buckets"]
-        _check_count(n, buckets)
-        open_shards = sorted((s for s in stream["shards"] if s["end_version"] is None),
-                             key=lambda s: s["lo"])
-        start = max(version, max(s["start_version"] for s in open_shards))
-        children = []
-        for i, (lo, hi) in enumerate(_ranges(buckets, n)):
+        for i, (lo, hi) in enumerate(_ranges(buckets, plan["shards"])):
             parents = [s for s in open_shards if s["lo"] < hi and lo < s["hi"]]
-            if len(parents) > 2:
-                raise InvalidInputError(
-                    f"volume {volume!r}: resharding {len(open_shards)} shards into {n} would "
-                    f"give a shard {len(parents)} parents (at most 2: a split or a merge of "
-                    f"two); reshard in steps")
             children.append({
                 "id": shard_id(meta["volume_id"], stream["label"], lo, hi, start,
                                len(stream["shards"]) + i),
                 "lo": lo, "hi": hi, "parent": parents[0]["id"],
                 "sibling": parents[1]["id"] if len(parents) == 2 else None,
                 "start_version": start, "end_version": None})
-        for s in open_shards:
-            s["end_version"] = start
-        stream["shards"].extend(children)
-        return children
+    for s in open_shards:
+        s["end_version"] = start
+    stream["shards"].extend(children)
+    if plan.get("disable"):
+        stream["disabled_version"], stream["disabled_at"] = start, now()
+    stream.pop("closing", None)
+    return children
+
+
+def finish(warehouse: Warehouse, volume: str, version: Callable[[], int]
+           ) -> list[dict[str, Any]]:
+    """Complete a pending closing intent, if any, at `version()` read now (after the intent
+    was committed). Anyone may call it: a reader that finds a shard closing does."""
+
+    def change(state: CatalogState) -> list[dict[str, Any]]:
+        meta = _locked(state, volume)
+        stream = meta["streams"][-1]
+        plan = stream.get("closing")
+        if plan is None:
+            return []
+        return _close(stream, meta, version(), volume, plan)
 
     return warehouse.mutate(change)
 
 
-def disable(warehouse: Warehouse, volume: str, version: int) -> dict[str, Any]:
-    """Close every open shard at `version`; the stream stays readable for the retention."""
+def _intend(warehouse: Warehouse, volume: str, plan: dict[str, Any],
+            version: Callable[[], int]) -> list[dict[str, Any]]:
+    """Two steps, so a reader never returns from a shard a record its children also hold:
+    (1) commit the intent (`closing`); (2) read the latest version V and close the shards at V.
+    A reader reads the version first and the catalog second: if it still saw the shard open,
+    the intent came later, so V is at least the version it read up to."""
+    finish(warehouse, volume, version)  # one left by a process that died between the steps
 
-    def change(state: CatalogState) -> dict[str, Any]:
+    def change(state: CatalogState) -> None:
         meta = _locked(state, volume)
         stream = _enabled(meta, volume)
-        for s in stream["shards"]:
-            if s["end_version"] is None:
-                s["end_version"] = max(version, s["start_version"])
-        stream["disabled_version"] = max(version, stream["start_version"])
-        stream["disabled_at"] = now()
-        return stream
+        if "shards" in plan:
+            n = _check_count(plan["shards"], meta["buckets"])
+            open_shards = [s for s in stream["shards"] if s["end_version"] is None]
+            for lo, hi in _ranges(meta["buckets"], n):
+                parents = [s for s in open_shards if s["lo"] < hi and lo < s["hi"]]
+                if len(parents) > 2:
+                    raise InvalidInputError(
+                        f"volume {volume!r}: resharding {len(open_shards)} shards into {n} "
+                        f"would give a shard {len(parents)} parents (at most 2: a split or a "
+                        f"merge of two); reshard in steps")
+        stream["closing"] = plan
 
-    return warehouse.mutate(change)
+    warehouse.mutate(change)
+    return finish(warehouse, volume, version)
+
+
+def reshard(warehouse: Warehouse, volume: str, n: int, version: Callable[[], int]
+            ) -> list[dict[str, Any]]:
+    """Close every open shard at the latest version and open `n` children (returns them)."""
+    return _intend(warehouse, volume, {"shards": n}, version)
+
+
+def disable(warehouse: Warehouse, volume: str, version: Callable[[], int]) -> None:
+    """Close every open shard at the latest version; the stream stays readable for the
+    retention."""
+    _intend(warehouse, volume, {"disable": True}, version)
 
 
 def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
