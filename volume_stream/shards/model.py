@@ -107,7 +107,7 @@ class Shard:
             end_version=end)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Record:
     """One change of one key: INSERT (new_image), MODIFY (both), REMOVE (old_image); the images
     the change log's view type keeps, the others None."""

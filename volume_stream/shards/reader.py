@@ -64,12 +64,18 @@ def _images_differ(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return any(old[c] != new[c] for c in PUBLIC_COLUMNS)
 
 
-def _size(*images: dict[str, Any] | None) -> int:
+#: attribute names of an image plus its fixed-size values (size 8, time 32 as text)
+_IMAGE_FIXED = sum(len(c) for c in PUBLIC_COLUMNS) + 8 + 32
+_KEY_FIXED = len("relative_path")
+
+
+def _size(path: str, *images: dict[str, Any] | None) -> int:
     """Approximate bytes of a record as DynamoDB counts them (names plus values)."""
-    total = 0
+    total = _KEY_FIXED + len(path)
     for image in images:
         if image:
-            total += sum(len(k) + len(str(v)) for k, v in image.items() if v is not None)
+            total += (_IMAGE_FIXED + len(image["relative_path"]) + len(image["url"] or "")
+                      + len(image["etag"] or ""))
     return total
 
 
@@ -108,6 +114,6 @@ def shard_records(table: DirectoryTable, shard: Shard, after: int, up_to: int, v
             sequence_number=sequence_number(version, row), event_name=event, key=key,
             old_image=old_kept, new_image=new_kept, commit_version=version,
             commit_timestamp=commit_time(version), shard_id=shard.shard_id,
-            size_bytes=_size(key, old_kept, new_kept)))
+            size_bytes=_size(path, old_kept, new_kept)))
         row += 1
     return out
