@@ -35,6 +35,7 @@ from volume_stream.errors import converted
 from volume_stream.pipelines.pipeline import Pipeline
 from volume_stream.shards import ChangeLog, Shard
 from volume_stream.shards import meta as shard_meta
+from volume_stream.shards.autosplit import auto_split
 from volume_stream.shards.export import ExportResult, export_changes
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
@@ -317,6 +318,18 @@ class Catalog:
         table = self.directory_table(volume)
         with converted(f"volume {volume!r}"):
             shard_meta.disable(self.warehouse, volume, table.version)
+
+    def set_auto_split(self, volume: str, *, records_per_s: float | None,
+                       window_s: float = 60) -> None:
+        """Let the volume's shards split on their own when one's write rate over the last
+        `window_s` seconds is above `records_per_s` (None: never); see `auto_split`."""
+        self.change_log(volume)
+        shard_meta.set_split_threshold(self.warehouse, volume, records_per_s, window_s)
+
+    def auto_split(self, volume: str) -> list[Shard]:
+        """Split every open shard of the volume whose write rate is above its threshold (the
+        shard API server runs this periodically); returns the new children."""
+        return auto_split(self, volume)
 
     def export_changes(self, volume: str, *, out: str | os.PathLike, **options: Any
                        ) -> ExportResult:

@@ -9,7 +9,8 @@
 POST / with `X-Amz-Target: DynamoDBStreams_20120810.<Operation>` and a JSON 1.0 body. With
 `keys` (access key id → secret), every request must carry a valid SigV4 signature by one of
 them (checked with botocore's signer, `serve.sigv4`); without, requests are not checked. It
-binds to 127.0.0.1 unless given another host.
+binds to 127.0.0.1 unless given another host. Every `auto_split_s` seconds (None: never) it
+splits the hot shards of volumes that have an auto-split threshold (`cat.set_auto_split`).
 """
 
 from __future__ import annotations
@@ -86,29 +87,56 @@ class ShardApiServer:
 
     def __init__(self, catalog: Any, host: str = "127.0.0.1", port: int = 8000, *,
                  keys: dict[str, str] | None = None, region: str | None = None,
-                 account_id: str | None = None):
+                 account_id: str | None = None, auto_split_s: float | None = 10.0):
         kw = {k: v for k, v in (("region", region), ("account_id", account_id)) if v}
+        self.catalog = catalog
         self.api = StreamsApi(catalog, **kw)
         self.keys = dict(keys or {})
+        self.auto_split_s = auto_split_s
         self._http = _HttpServer((host, port), _Handler)
         self._http.owner = self
         self._thread: threading.Thread | None = None
+        self._splitter: threading.Thread | None = None
+        self._stop = threading.Event()
 
     @property
     def url(self) -> str:
         host, port = self._http.server_address[:2]
         return f"http://{host}:{port}"
 
+    def _split_loop(self) -> None:
+        """Every `auto_split_s` seconds, split the hot shards of volumes with a threshold."""
+        while not self._stop.wait(self.auto_split_s):
+            try:
+                for volume in [v["name"] for v in self.catalog.list_volumes()]:
+                    for child in self.catalog.auto_split(volume):
+                        log.info("volume %s: shard %s split (child %s)", volume,
+                                 child.parent_shard_id, child.shard_id)
+            except Exception:  # keep serving; the next round tries again
+                log.exception("auto-split failed")
+
+    def _start_splitter(self) -> None:
+        if self.auto_split_s and self._splitter is None:
+            self._splitter = threading.Thread(target=self._split_loop, daemon=True,
+                                              name="volume-stream-shard-autosplit")
+            self._splitter.start()
+
     def start(self) -> ShardApiServer:
+        self._start_splitter()
         self._thread = threading.Thread(target=self._http.serve_forever,
                                         name="volume-stream-shard-api", daemon=True)
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
+        self._start_splitter()
         self._http.serve_forever()
 
     def stop(self) -> None:
+        self._stop.set()
+        if self._splitter is not None:
+            self._splitter.join(30)
+            self._splitter = None
         self._http.shutdown()
         self._http.server_close()
         if self._thread is not None:

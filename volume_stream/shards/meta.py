@@ -119,8 +119,20 @@ def _close(stream: dict[str, Any], meta: dict[str, Any], version: int, volume: s
     children (a reshard) or mark the stream disabled."""
     open_shards = sorted((s for s in stream["shards"] if s["end_version"] is None),
                          key=lambda s: s["lo"])
+    if "split" in plan:  # only these shards, each into two halves
+        open_shards = [s for s in open_shards
+                       if s["id"] in plan["split"] and s["hi"] - s["lo"] >= 2]
     start = max([version, stream["start_version"]] + [s["start_version"] for s in open_shards])
     children = []
+    if "split" in plan:
+        for s in open_shards:
+            mid = (s["lo"] + s["hi"]) // 2
+            for lo, hi in ((s["lo"], mid), (mid, s["hi"])):
+                children.append({
+                    "id": shard_id(meta["volume_id"], stream["label"], lo, hi, start,
+                                   len(stream["shards"]) + len(children)),
+                    "lo": lo, "hi": hi, "parent": s["id"], "sibling": None,
+                    "start_version": start, "end_version": None})
     if "shards" in plan:
         buckets = meta["buckets"]
         for i, (lo, hi) in enumerate(_ranges(buckets, plan["shards"])):
@@ -187,6 +199,28 @@ def reshard(warehouse: Warehouse, volume: str, n: int, version: Callable[[], int
             ) -> list[dict[str, Any]]:
     """Close every open shard at the latest version and open `n` children (returns them)."""
     return _intend(warehouse, volume, {"shards": n}, version)
+
+
+def split(warehouse: Warehouse, volume: str, shard_ids: list[str],
+          version: Callable[[], int]) -> list[dict[str, Any]]:
+    """Split each of these open shards into two children (halves of its buckets)."""
+    return _intend(warehouse, volume, {"split": sorted(shard_ids)}, version)
+
+
+def set_split_threshold(warehouse: Warehouse, volume: str, records_per_s: float | None,
+                        window_s: float) -> None:
+    """Store the auto-split settings of the volume's change log (None: never split)."""
+    if records_per_s is not None and not records_per_s > 0:
+        raise InvalidInputError(f"split threshold must be > 0 records/s, not {records_per_s!r}")
+    if not window_s > 0:
+        raise InvalidInputError(f"split window must be > 0 s, not {window_s!r}")
+
+    def change(state: CatalogState) -> None:
+        meta = _locked(state, volume)
+        meta["auto_split"] = (None if records_per_s is None
+                              else {"records_per_s": records_per_s, "window_s": window_s})
+
+    warehouse.mutate(change)
 
 
 def disable(warehouse: Warehouse, volume: str, version: Callable[[], int]) -> None:
