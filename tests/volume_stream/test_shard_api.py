@@ -232,3 +232,43 @@ def test_cli_serves_signed_requests_until_interrupted(cat, ev, tmp_path):
                           "--listen", "nowhere"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "--listen must be HOST:PORT" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_daemon_serves_shard_api_from_toml(tmp_path, data_dir, ev, monkeypatch):
+    from volume_stream.config.daemon import DaemonConfig
+    from volume_stream.daemon import Daemon
+    from volume_stream.errors import ConfigError
+
+    toml = tmp_path / "vs.toml"
+    toml.write_text(f"""
+warehouse = "{tmp_path / 'wh'}"
+[metrics]
+enabled = false
+[shard_api]
+enabled = true
+listen = "127.0.0.1:0"
+require_signature = true
+region = "eu-west-1"
+account_id = "123456789012"
+[volumes.landing]
+location = "{data_dir}"
+""")
+    cfg = DaemonConfig.load(toml)
+    assert cfg.shard_api.enabled and cfg.shard_api.listen == "127.0.0.1:0"
+    with pytest.raises(ConfigError, match="VOLUME_STREAM_SHARD_API_SECRET"):
+        Daemon(cfg).start()
+    monkeypatch.setenv("VOLUME_STREAM_SHARD_API_ACCESS_KEY_ID", "AKIDD")
+    monkeypatch.setenv("VOLUME_STREAM_SHARD_API_SECRET", "daemon-secret")
+    daemon = Daemon(DaemonConfig.load(toml))
+    with daemon:
+        url = daemon.shard_api.url
+        c = boto3.client("dynamodbstreams", endpoint_url=url, region_name="eu-west-1",
+                         aws_access_key_id="AKIDD", aws_secret_access_key="daemon-secret")
+        (stream,) = c.list_streams()["Streams"]
+        assert stream["StreamArn"].startswith("arn:aws:dynamodb:eu-west-1:123456789012:"
+                                              "table/landing/stream/")
+    assert daemon.shard_api is None
+    toml.write_text(toml.read_text().replace('require_signature = true',
+                                             'access_key_id = "AKIDD"'))
+    with pytest.raises(ConfigError):          # credentials never come from the file
+        DaemonConfig.load(toml)

@@ -18,16 +18,9 @@ import typer
 from volume_stream.cli._common import Warehouse, catalog, err
 from volume_stream.errors import InvalidInputError
 from volume_stream.serve import ShardApiServer
+from volume_stream.serve.server import parse_listen
 
-__all__ = ["parse_listen", "register"]
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """("host", port) of `HOST:PORT` (or `:PORT`, meaning 127.0.0.1)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidInputError(f"--listen must be HOST:PORT, not {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+__all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:

@@ -21,13 +21,23 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from volume_stream.errors import InvalidInputError
 from volume_stream.serve.dynamodb import TARGET_PREFIX, ApiError, StreamsApi
 from volume_stream.serve.sigv4 import SignatureError, verify
 
-__all__ = ["ShardApiServer"]
+__all__ = ["ShardApiServer", "parse_listen"]
 
 log = logging.getLogger("volume_stream.shard_api")
 _MAX_BODY = 1024 * 1024
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """("host", port) of `HOST:PORT` (or `:PORT`, meaning 127.0.0.1)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInputError(f"--listen must be HOST:PORT, not {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
 
 
 class _Handler(BaseHTTPRequestHandler):
