@@ -12,7 +12,7 @@
 
 Takes the `Catalog` (public methods and its `warehouse`) only; the metadata lives in the
 warehouse catalog (`shards.meta`), the records come from the directory table
-(`shards.reader`). DESIGN: docs/DESIGN.md "Shards".
+(`shards.reader`). DESIGN §10.
 """
 
 from __future__ import annotations
