@@ -191,3 +191,23 @@ def test_cli_export_and_datax_job_file(cat, data_dir, ev, tmp_path):
     proc = subprocess.run([str(Path(sys.executable).parent / "volume-stream"), "export",
                            "--job", str(job), *wh], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "otsstream" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_spark_engine_one_task_per_shard_matches_threads(tmp_path, data_dir, ev, spark):
+    cat = vs.connect(tmp_path / "wh", spark=spark)
+    cat.create_volume("vol", data_dir, shards=3)
+    apply(cat, *[ev.put(f"s{i:02d}") for i in range(30)])
+    apply(cat, *[ev.rm(f"s{i:02d}") for i in range(0, 30, 5)])
+    end = ms(cat, "vol", 2) + 1
+    res = cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "spark",
+                             engine="spark", status_table="sp", export_sequence_info=True)
+    assert res.shards == 3 and res.rows == 30 * 4 + 6 and res.records == 36
+    threads = cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "threads",
+                                 export_sequence_info=True)
+    assert sorted(map(str, rows_of(tmp_path / "spark"))) == sorted(
+        map(str, rows_of(tmp_path / "threads"))) and threads.rows == res.rows
+    again = cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "spark",
+                               engine="spark", status_table="sp")
+    assert again.rows == 0 and again.windows_skipped == 3
+    with pytest.raises(InvalidInputError):
+        cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "x", engine="ray")

@@ -2,7 +2,8 @@
 (`volume_stream.shards.export`).
 
     volume-stream export landing --start-ms A --end-ms B --out /exports/landing \\
-        [--format parquet|csv|delta] [--status-table T] [--export-sequence-info] [--max-retries 30]
+        [--format parquet|csv|delta] [--status-table T] [--export-sequence-info]
+        [--max-retries 30] [--engine threads|spark]
     volume-stream export landing --date 20261123 --out /exports/landing
     volume-stream export --job job.json            # a DataX OTSStream Reader job file
 
@@ -40,6 +41,8 @@ def register(app: typer.Typer) -> None:
         export_sequence_info: Annotated[bool, typer.Option(
             help="Add the sequence_info column.")] = False,
         max_retries: Annotated[int, typer.Option(help="Retries of storage errors.")] = 30,
+        engine: Annotated[str, typer.Option(
+            help="threads, or spark (one task per shard).")] = "threads",
         job: Annotated[Path | None, typer.Option(help="A DataX job file (JSON).")] = None,
         warehouse: Warehouse = None,
     ) -> None:
@@ -50,11 +53,13 @@ def register(app: typer.Typer) -> None:
                 raise InvalidInputError("--job takes its volume, range and output from the "
                                         "job file; give no other arguments")
             name, options = job_options(job)
+            options["engine"] = engine
         else:
             if not name or out is None:
                 raise InvalidInputError("give the volume and --out (or --job job.json)")
             options = {"out": str(out), "start_ms": start_ms, "end_ms": end_ms, "date": date,
                        "format": format, "status_table": status_table,
-                       "export_sequence_info": export_sequence_info, "max_retries": max_retries}
+                       "export_sequence_info": export_sequence_info, "max_retries": max_retries,
+                       "engine": engine}
         result = catalog(warehouse).export_changes(name, **options)
         print(json.dumps(result.as_dict()))

@@ -16,8 +16,9 @@ for `delta`, one commit carrying a Delta app transaction) is the same on every r
 recorded per (range, shard): a re-run of a finished range exports nothing new, and a run killed
 anywhere resumes after the last recorded window; a window written but not yet recorded is
 written again under the same name (parquet, csv) or skipped by its app transaction (delta), so
-nothing is duplicated. Shards run in parallel threads (`parallelism`); transient storage errors
-(OSError, Delta I/O errors) are retried up to `max_retries` times with back-off.
+nothing is duplicated. Shards run in parallel threads (`parallelism`), or one Spark task per
+shard (`engine="spark"`); storage errors (OSError, Delta errors) are retried up to
+`max_retries` times with back-off.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from volume_stream.errors import InvalidInputError, TrimmedDataError, converted
 from volume_stream.shards.log import ChangeLog, list_change_logs
 from volume_stream.shards.model import Record, Shard
 from volume_stream.shards.reader import CommitTimes, shard_records
-from volume_stream.warehouse import check_name
+from volume_stream.volumes.registry import VolumeRegistry
+from volume_stream.warehouse import Warehouse, check_name
 
 __all__ = ["CRASH_ENV", "FORMATS", "ExportResult", "export_changes", "resolve_range"]
 
@@ -216,7 +218,7 @@ class _Exporter:
         self._throttle(final.stat().st_size)
         return str(final)
 
-    def shard(self, log: ChangeLog, shard: Shard, lo_v: int, hi_v: int,
+    def shard(self, log: ChangeLog | None, shard: Shard, lo_v: int, hi_v: int,
               status: dict[str, tuple[int, bool]]) -> None:
         recorded, done = status.get(shard.shard_id, (-1, False))
         start = max(lo_v, shard.start_version)
@@ -271,13 +273,56 @@ def _version_window(table: Any, a: int, b: int, volume: str) -> tuple[int, int] 
     return min(inside) - 1, max(inside)
 
 
+class _Tables:
+    """What an export task needs of a catalog, rebuilt from the warehouse folder on a Spark
+    executor (the `Catalog` holds a SparkSession and does not travel)."""
+
+    def __init__(self, root: str):
+        self.warehouse = Warehouse(root)
+        self._volumes = VolumeRegistry(self.warehouse, lambda: None)
+
+    def volume_spec(self, volume: str) -> Any:
+        return self._volumes.spec(volume)
+
+    def directory_table(self, volume: str) -> Any:
+        return self._volumes.table(self._volumes.spec(volume))
+
+
+def _spark_task(args: tuple) -> dict[str, Any]:
+    """One shard's export, inside a Spark task."""
+    root, volume, a, b, out, fmt, status_path, seq_info, retries, mbps, shard, window, status = args
+    result = ExportResult(a, b)
+    _Exporter(_Tables(root), volume, a, b, out, fmt, status_path, seq_info, retries, mbps,
+              result).shard(None, shard, *window, status)
+    return result.__dict__
+
+
+def _run_on_spark(spark: Any, exporter: _Exporter, jobs: list, window: tuple[int, int],
+                  status: dict) -> None:
+    e = exporter
+    tasks = [(str(e.catalog.warehouse.root), e.volume, e.a, e.b, e.out, e.fmt, e.status_path,
+              e.sequence_info, e.max_retries, e.mbps, shard, window, status)
+             for _, shard in jobs]
+    if not tasks:
+        return
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))  # one task per shard
+    for part in rdd.map(_spark_task).collect():
+        for key in ("rows", "records", "windows_written", "windows_skipped"):
+            setattr(e.result, key, getattr(e.result, key) + part[key])
+        e.result.files += part["files"]
+
+
 def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
                    start_ms: int | None = None, end_ms: int | None = None,
                    date: str | None = None, format: str = "parquet",
                    status_table: str | None = None, export_sequence_info: bool = False,
                    max_retries: int = 30, parallelism: int = 1,
-                   mbps: float | None = None) -> ExportResult:
-    """Export the volume's changes committed in [start_ms, end_ms) (or on UTC day `date`)."""
+                   mbps: float | None = None, engine: str = "threads") -> ExportResult:
+    """Export the volume's changes committed in [start_ms, end_ms) (or on UTC day `date`).
+    `engine="spark"` runs one Spark task per shard (the warehouse and `out` must be reachable
+    from the executors); `"threads"` runs `parallelism` shards at once in this process."""
+    if engine not in ("threads", "spark"):
+        raise InvalidInputError(f"engine must be 'threads' or 'spark', not {engine!r}")
     started = time.perf_counter()
     a, b = resolve_range(start_ms, end_ms, date)
     fmt = str(format).lower()
@@ -313,6 +358,11 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
         jobs += [(log, s) for s in log.shards()
                  if s.start_version < window[1] and (not s.closed or s.end_version > window[0])]
     result.shards = len(jobs)
+    if engine == "spark":
+        with converted(f"volume {volume!r}"):
+            _run_on_spark(catalog.spark, exporter, jobs, window, status)
+        result.seconds = time.perf_counter() - started
+        return result
     with converted(f"volume {volume!r}"), ThreadPoolExecutor(
             max_workers=parallelism, thread_name_prefix="volume-stream-export") as pool:
         futures = [pool.submit(exporter.shard, log, s, *window, status) for log, s in jobs]
