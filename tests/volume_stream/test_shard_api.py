@@ -272,3 +272,34 @@ location = "{data_dir}"
                                              'access_key_id = "AKIDD"'))
     with pytest.raises(ConfigError):          # credentials never come from the file
         DaemonConfig.load(toml)
+
+
+def test_list_streams_paging_and_disabled_stream(cat, server, data_dir, ev):
+    cat.create_volume("other", data_dir)
+    cat.disable_change_log("vol")
+    cat.enable_change_log("vol", view_type="KEYS_ONLY")
+    c = client(server.url)
+    seen, start = [], None
+    while True:
+        page = c.list_streams(Limit=1, **({"ExclusiveStartStreamArn": start} if start else {}))
+        seen += page["Streams"]
+        start = page.get("LastEvaluatedStreamArn")
+        if not start:
+            break
+    assert sorted(s["TableName"] for s in seen) == ["other", "vol", "vol"]
+    assert len({s["StreamArn"] for s in seen}) == 3
+    old, new = [s for s in seen if s["TableName"] == "vol"]
+    desc = c.describe_stream(StreamArn=old["StreamArn"])["StreamDescription"]
+    assert desc["StreamStatus"] == "DISABLED"
+    assert all("EndingSequenceNumber" in s["SequenceNumberRange"] for s in desc["Shards"])
+    desc = c.describe_stream(StreamArn=new["StreamArn"])["StreamDescription"]
+    assert desc["StreamStatus"] == "ENABLED" and desc["StreamViewType"] == "KEYS_ONLY"
+    apply(cat, ev.put("k.txt"))
+    recs = []
+    for s in desc["Shards"]:
+        it = c.get_shard_iterator(StreamArn=new["StreamArn"], ShardId=s["ShardId"],
+                                  ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        recs += c.get_records(ShardIterator=it)["Records"]
+    (r,) = recs
+    assert r["dynamodb"]["Keys"] == {"relative_path": {"S": "k.txt"}}
+    assert "NewImage" not in r["dynamodb"] and r["dynamodb"]["StreamViewType"] == "KEYS_ONLY"
