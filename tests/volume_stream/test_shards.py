@@ -293,3 +293,22 @@ def test_reshard_left_half_done_is_finished_by_a_reader(cat, data_dir, ev):
     apply(cat, ev.put("d"), volume="half")
     assert sorted(r.key["relative_path"] for r in read_all(cat.change_log("half"))) == [
         "a", "b", "c", "d"]
+
+
+def test_log_over_a_pre_bucket_table_survives_its_migration(cat, data_dir, ev):
+    import shutil
+    from pathlib import Path
+
+    from tests.directory_table.test_maintenance import create_legacy
+
+    cat.create_volume("legacy", data_dir)
+    root = Path(cat.directory_table("legacy").root)
+    shutil.rmtree(root)
+    create_legacy(root, base_url=cat.volume_spec("legacy").location)
+    apply(cat, ev.put("a"), ev.put("b"), volume="legacy")
+    log = cat.change_log("legacy")
+    assert log.meta["buckets"] == 1 and len(log.shards()) == 1
+    cat.directory_table("legacy").migrate(buckets=8)
+    apply(cat, ev.put("a", 2), ev.put("c"), volume="legacy")
+    got = [(r.event_name, r.key["relative_path"]) for r in read_all(cat.change_log("legacy"))]
+    assert got == [("INSERT", "a"), ("INSERT", "b"), ("MODIFY", "a"), ("INSERT", "c")]

@@ -63,4 +63,4 @@ def auto_split(catalog: Any, volume: str, now: datetime | None = None) -> list[S
         return []
     with converted(f"volume {volume!r}"):
         children = shard_meta.split(catalog.warehouse, volume, hot, log.table.version)
-    return [Shard.from_meta(c) for c in children]
+    return [Shard.from_meta(c, log.meta["buckets"]) for c in children]

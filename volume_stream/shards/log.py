@@ -138,7 +138,7 @@ class ChangeLog:
         are left out (an empty one, closed where it opened, stays until then)."""
         self._reload()
         oldest = self.oldest_version()
-        shards = [Shard.from_meta(s) for s in self.stream["shards"]]
+        shards = [Shard.from_meta(s, self.meta["buckets"]) for s in self.stream["shards"]]
         kept = [s for s in shards if s.end_version is None or s.end_version > oldest
                 or s.start_version >= oldest]
         return kept  # in creation order: parents before children
@@ -149,7 +149,8 @@ class ChangeLog:
         closes at a version it reads after: at least this one; `meta._intend`)."""
         cached = next((s for s in self.stream["shards"] if s["id"] == shard_id), None)
         if cached is not None and cached["end_version"] is not None:
-            return Shard.from_meta(cached), cached["end_version"]  # closed for good
+            # closed for good: no need to read the catalog again
+            return Shard.from_meta(cached, self.meta["buckets"]), cached["end_version"]
         with converted(f"volume {self.volume!r}"):
             latest = self.table.version()
             self._reload()
@@ -175,7 +176,7 @@ class ChangeLog:
     def _shard(self, shard_id: str) -> Shard:
         for s in self.stream["shards"]:
             if s["id"] == shard_id:
-                return Shard.from_meta(s)
+                return Shard.from_meta(s, self.meta["buckets"])
         raise NotFoundError("shard", shard_id, [s["id"] for s in self.stream["shards"]])
 
     # ------------------------------------------------------------------ iterators
@@ -288,4 +289,4 @@ class ChangeLog:
             children = shard_meta.reshard(self.catalog.warehouse, self.volume, n,
                                           self.table.version)
         self._reload()
-        return [Shard.from_meta(c) for c in children]
+        return [Shard.from_meta(c, self.meta["buckets"]) for c in children]

@@ -86,6 +86,8 @@ class Shard:
     bucket_hi: int = field(default=1, repr=False)
     start_version: int = field(default=0, repr=False)
     end_version: int | None = field(default=None, repr=False)
+    #: the bucket count the ranges are of (the change log's; 0: the table's)
+    hash_buckets: int = field(default=0, repr=False)
 
     @property
     def closed(self) -> bool:
@@ -96,7 +98,7 @@ class Shard:
         return range(self.bucket_lo, self.bucket_hi)
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> Shard:
+    def from_meta(cls, meta: dict[str, Any], hash_buckets: int = 0) -> Shard:
         end = meta.get("end_version")
         return cls(
             shard_id=meta["id"], parent_shard_id=meta.get("parent"),
@@ -104,7 +106,7 @@ class Shard:
             starting_sequence_number=sequence_number(meta["start_version"] + 1, 0),
             ending_sequence_number=None if end is None else sequence_number(end, MAX_ROW),
             bucket_lo=meta["lo"], bucket_hi=meta["hi"], start_version=meta["start_version"],
-            end_version=end)
+            end_version=end, hash_buckets=hash_buckets)
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """Records of one shard between two versions, from the directory table's change data feed.
 
 `DirectoryTable.changes(a, b, buckets=shard.buckets)` gives the CDF rows of the shard's buckets
-only (O(changes)). Per version and key the old image (delete / update_preimage) and the new one
+only (O(changes)); if the table was re-bucketed after the change log was made (a migration of a
+pre-bucket table), the rows are read whole and kept by the change log's own bucket count. Per version and key the old image (delete / update_preimage) and the new one
 (insert / update_postimage) are paired into one record: INSERT (new only), REMOVE (old only),
 MODIFY (both; a rewrite that changes no public column — Delta shows it as delete + insert — is
 no change and gives no record, as DynamoDB writes none for a no-op put). Records are ordered by
@@ -15,9 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from directory_table import DirectoryTable
+from directory_table.layout import bucket_of
 from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream.shards.model import Record, Shard, sequence_number
 
@@ -84,7 +87,13 @@ def shard_records(table: DirectoryTable, shard: Shard, after: int, up_to: int, v
     """The shard's records of versions (after, up_to], in sequence-number order."""
     if up_to <= after:
         return []
-    cdf = table.changes(after, up_to, buckets=shard.buckets)
+    if not shard.hash_buckets or shard.hash_buckets == table.layout().buckets:
+        cdf = table.changes(after, up_to, buckets=shard.buckets)
+    else:  # the table was re-bucketed (migrated) after the change log was made
+        cdf = table.changes(after, up_to)
+        keep = [shard.bucket_lo <= bucket_of(p, shard.hash_buckets) < shard.bucket_hi
+                for p in cdf["relative_path"].to_pylist()]
+        cdf = cdf.filter(pa.array(keep, pa.bool_()))
     if cdf.num_rows == 0:
         return []
     cols = cdf.select([*PUBLIC_COLUMNS, "_change_type", "_commit_version"]).to_pydict()
