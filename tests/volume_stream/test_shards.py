@@ -312,3 +312,44 @@ def test_log_over_a_pre_bucket_table_survives_its_migration(cat, data_dir, ev):
     apply(cat, ev.put("a", 2), ev.put("c"), volume="legacy")
     got = [(r.event_name, r.key["relative_path"]) for r in read_all(cat.change_log("legacy"))]
     assert got == [("INSERT", "a"), ("INSERT", "b"), ("MODIFY", "a"), ("INSERT", "c")]
+
+
+def test_pairing_of_a_version_merges_delete_insert_and_drops_noops():
+    """`shard_window` over a change feed as Delta writes it for a rewrite: delete + insert of
+    one key in one version is one MODIFY, and none when no public column changed."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from directory_table.layout import Layout
+    from directory_table.table import _CDF_SCHEMA
+    from volume_stream.shards.model import Shard
+    from volume_stream.shards.reader import shard_window
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def row(path, size, kind, version):
+        return {"relative_path": path, "url": f"file:///d/{path}", "size": size,
+                "last_modified_time": t0, "etag": f"e{size}", "_sequencer": None,
+                "_event_time": t0, "_image_version": version, "_image_timestamp": t0,
+                "_change_type": kind, "_commit_version": version, "_bucket": 0}
+
+    cdf = pa.Table.from_pylist([
+        row("same", 1, "insert", 2), row("same", 1, "delete", 2),          # no-op rewrite
+        row("b", 4, "update_postimage", 3), row("b", 3, "update_preimage", 3),
+        row("gone", 5, "delete", 3)], _CDF_SCHEMA)                         # in any order
+
+    class Table:
+        def changes(self, after, up_to, buckets=None):
+            return cdf
+
+        def layout(self):
+            return Layout(buckets=1, bucketed=True)
+
+    shard = Shard("shardId-00000000000000000000-00000000", None, None, "1", None)
+    window = shard_window(Table(), shard, 1, 3)
+    recs = window.records(0, len(window), shard, "NEW_AND_OLD_IMAGES", lambda v: t0)
+    assert [(r.event_name, r.key["relative_path"], r.commit_version, r.sequence_number[-2:])
+            for r in recs] == [("MODIFY", "b", 3, "00"), ("REMOVE", "gone", 3, "01")]
+    assert recs[0].old_image["size"] == 3 and recs[0].new_image["size"] == 4
+    assert window.after(3, 0) == 1 and window.after(2, 9_999_999_999) == 0

@@ -17,7 +17,6 @@ warehouse catalog (`shards.meta`), the records come from the directory table
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -40,9 +39,8 @@ from volume_stream.shards.model import (
     RecordsPage,
     Shard,
     parse_sequence_number,
-    sequence_number,
 )
-from volume_stream.shards.reader import CommitTimes, shard_records
+from volume_stream.shards.reader import CommitTimes, Window, shard_window
 
 __all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "list_change_logs"]
 
@@ -100,7 +98,7 @@ class ChangeLog:
                                  if not _expired(v, self.spec.retention_days, datetime.now(UTC))])
         self._signer = IteratorSigner(catalog.warehouse.root)
         self._times = CommitTimes(self.table)
-        self._windows: dict[tuple[str, int, int], tuple[list[Record], list[str]]] = {}
+        self._windows: dict[tuple[str, int, int], Window] = {}
 
     # ------------------------------------------------------------------ description
     @property
@@ -160,14 +158,13 @@ class ChangeLog:
         shard = self._shard(shard_id)
         return shard, shard.end_version if shard.closed else latest
 
-    def _window(self, shard: Shard, a: int, b: int) -> tuple[list[Record], list[str]]:
+    def _window(self, shard: Shard, a: int, b: int) -> Window:
         """The shard's records of versions (a, b] and their sequence numbers, cached (a few
         windows): consecutive pages of one window read its change data feed once."""
         key = (shard.shard_id, a, b)
         hit = self._windows.pop(key, None)
         if hit is None:
-            recs = shard_records(self.table, shard, a, b, self.view_type, self._times)
-            hit = (recs, [r.sequence_number for r in recs])
+            hit = shard_window(self.table, shard, a, b)
         self._windows[key] = hit
         while len(self._windows) > _WINDOWS_CACHED:
             self._windows.pop(next(iter(self._windows)))
@@ -255,14 +252,15 @@ class ChangeLog:
             hi = max(hi, shard.start_version)
             records: list[Record] = []
             a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
-            ran, after = False, sequence_number(*pos)
+            ran = False
             while a < hi and len(records) <= limit:
                 ran = True
                 g = max(a - a % WINDOW, shard.start_version, oldest)  # windows on a fixed grid
                 b = min(hi, g + WINDOW)
-                recs, seqs = self._window(shard, g, b)
-                i = bisect.bisect_right(seqs, after)
-                records += recs[i:i + limit + 1 - len(records)]
+                window = self._window(shard, g, b)
+                i = window.after(*pos)
+                records += window.records(i, i + limit + 1 - len(records), shard,
+                                          self.view_type, self._times)
                 a = b
         cut = False
         if len(records) > limit:

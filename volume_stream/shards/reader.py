@@ -16,7 +16,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from directory_table import DirectoryTable
@@ -24,7 +26,7 @@ from directory_table.layout import bucket_of
 from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream.shards.model import Record, Shard, sequence_number
 
-__all__ = ["CommitTimes", "shard_records"]
+__all__ = ["CommitTimes", "Window", "shard_records", "shard_window"]
 
 _OLD = frozenset(("delete", "update_preimage"))
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
@@ -63,10 +65,6 @@ class CommitTimes:
         return datetime.fromtimestamp(0, UTC)
 
 
-def _images_differ(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    return any(old[c] != new[c] for c in PUBLIC_COLUMNS)
-
-
 #: attribute names of an image plus its fixed-size values (size 8, time 32 as text)
 _IMAGE_FIXED = sum(len(c) for c in PUBLIC_COLUMNS) + 8 + 32
 _KEY_FIXED = len("relative_path")
@@ -82,47 +80,117 @@ def _size(path: str, *images: dict[str, Any] | None) -> int:
     return total
 
 
+class Window:
+    """The records of one shard over a version range, paired and numbered column-wise (Arrow
+    and numpy); `records(i, j)` makes Record objects for a slice only, so a page of 1000 out
+    of a window of a million costs a page, not the window."""
+
+    def __init__(self, rows: pa.Table, version: np.ndarray, row: np.ndarray,
+                 old: np.ndarray, new: np.ndarray):
+        self.rows, self.version, self.row, self.old, self.new = rows, version, row, old, new
+        #: (version, row) packed into one sortable int64 (for searchsorted)
+        self.keys = (version.astype(np.int64) << 32) | row.astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.version)
+
+    @staticmethod
+    def key(version: int, row: int) -> int:
+        return (version << 32) | min(row, 0xFFFFFFFF)
+
+    def after(self, version: int, row: int) -> int:
+        """The index of the first record after position (version, row)."""
+        return int(np.searchsorted(self.keys, self.key(version, row), side="right"))
+
+    def records(self, i: int, j: int, shard: Shard, view_type: str,
+                commit_time: Callable[[int], datetime]) -> list[Record]:
+        old, new = self.old[i:j], self.new[i:j]
+        if len(old) == 0:
+            return []
+        pub = self.rows.select(list(PUBLIC_COLUMNS))
+        olds = pub.take(pa.array(np.maximum(old, 0))).to_pylist()
+        news = pub.take(pa.array(np.maximum(new, 0))).to_pylist()
+        keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
+        keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
+        out = []
+        for k, (version, row) in enumerate(zip(self.version[i:j].tolist(),
+                                               self.row[i:j].tolist(), strict=True)):
+            has_old, has_new = old[k] >= 0, new[k] >= 0
+            event = "MODIFY" if has_old and has_new else ("INSERT" if has_new else "REMOVE")
+            image = news[k] if has_new else olds[k]
+            path = image["relative_path"]
+            o = olds[k] if has_old and keep_old else None
+            n = news[k] if has_new and keep_new else None
+            out.append(Record(
+                sequence_number=sequence_number(version, row), event_name=event,
+                key={"relative_path": path}, old_image=o, new_image=n,
+                commit_version=version, commit_timestamp=commit_time(version),
+                shard_id=shard.shard_id, size_bytes=_size(path, o, n)))
+        return out
+
+
+def _shard_cdf(table: DirectoryTable, shard: Shard, after: int, up_to: int) -> pa.Table:
+    if not shard.hash_buckets or shard.hash_buckets == table.layout().buckets:
+        return table.changes(after, up_to, buckets=shard.buckets)
+    # the table was re-bucketed (migrated) after the change log was made
+    cdf = table.changes(after, up_to)
+    keep = [shard.bucket_lo <= bucket_of(p, shard.hash_buckets) < shard.bucket_hi
+            for p in cdf["relative_path"].to_pylist()]
+    return cdf.filter(pa.array(keep, pa.bool_()))
+
+
+def _same(t: pa.Table, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per pair (a[k], b[k]) of rows: whether every public column is equal (nulls equal)."""
+    same = np.ones(len(a), bool)
+    ia, ib = pa.array(a), pa.array(b)
+    for col in PUBLIC_COLUMNS:
+        x, y = t[col].take(ia), t[col].take(ib)
+        eq = pc.fill_null(pc.equal(x, y), False)
+        both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
+    return same
+
+
+def shard_window(table: DirectoryTable, shard: Shard, after: int, up_to: int) -> Window:
+    """The shard's records of versions (after, up_to], in sequence-number order."""
+    empty = np.zeros(0, np.int64)
+    cdf = _shard_cdf(table, shard, after, up_to) if up_to > after else None
+    if cdf is None or cdf.num_rows == 0:
+        return Window(pa.table({c: [] for c in PUBLIC_COLUMNS}), empty, empty, empty, empty)
+    t = cdf.select([*PUBLIC_COLUMNS, "_commit_version"]).append_column(
+        "_phase", pc.cast(pc.invert(pc.is_in(cdf["_change_type"], pa.array(list(_OLD)))),
+                          pa.int8()))
+    t = t.sort_by([("_commit_version", "ascending"), ("relative_path", "ascending"),
+                   ("_phase", "ascending")])
+    n = t.num_rows
+    v = t["_commit_version"].to_numpy()
+    phase = t["_phase"].to_numpy()
+    paths = t["relative_path"].combine_chunks()
+    pair = np.zeros(n, bool)
+    if n > 1:
+        same_key = (v[:-1] == v[1:]) & pc.equal(paths.slice(0, n - 1), paths.slice(1)
+                                                ).to_numpy(zero_copy_only=False)
+        pair[:-1] = same_key & (phase[:-1] == 0) & (phase[1:] == 1)
+    second = np.zeros(n, bool)
+    second[1:] = pair[:-1]
+    first = np.nonzero(~second)[0]                    # one record per first row
+    is_pair = pair[first]
+    old = np.where(is_pair | (phase[first] == 0), first, -1)
+    new = np.where(is_pair, first + 1, np.where(phase[first] == 1, first, -1))
+    if is_pair.any():                                  # a no-op rewrite is no record
+        idx = np.nonzero(is_pair)[0]
+        noop = np.zeros(len(first), bool)
+        noop[idx] = _same(t, first[idx], first[idx] + 1)
+        first, old, new = first[~noop], old[~noop], new[~noop]
+    rv = v[first]
+    ar = np.arange(len(rv))
+    starts = np.r_[True, rv[1:] != rv[:-1]] if len(rv) else np.zeros(0, bool)
+    row = ar - np.maximum.accumulate(np.where(starts, ar, 0)) if len(rv) else empty
+    return Window(t, rv.astype(np.int64), row.astype(np.int64), old, new)
+
+
 def shard_records(table: DirectoryTable, shard: Shard, after: int, up_to: int, view_type: str,
                   commit_time: Callable[[int], datetime]) -> list[Record]:
     """The shard's records of versions (after, up_to], in sequence-number order."""
-    if up_to <= after:
-        return []
-    if not shard.hash_buckets or shard.hash_buckets == table.layout().buckets:
-        cdf = table.changes(after, up_to, buckets=shard.buckets)
-    else:  # the table was re-bucketed (migrated) after the change log was made
-        cdf = table.changes(after, up_to)
-        keep = [shard.bucket_lo <= bucket_of(p, shard.hash_buckets) < shard.bucket_hi
-                for p in cdf["relative_path"].to_pylist()]
-        cdf = cdf.filter(pa.array(keep, pa.bool_()))
-    if cdf.num_rows == 0:
-        return []
-    cols = cdf.select([*PUBLIC_COLUMNS, "_change_type", "_commit_version"]).to_pydict()
-    pairs: dict[tuple[int, str], list[dict[str, Any] | None]] = {}
-    paths, kinds, versions = cols["relative_path"], cols["_change_type"], cols["_commit_version"]
-    for i in range(len(paths)):
-        slot = pairs.setdefault((versions[i], paths[i]), [None, None])
-        slot[0 if kinds[i] in _OLD else 1] = {c: cols[c][i] for c in PUBLIC_COLUMNS}
-    out: list[Record] = []
-    keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
-    keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
-    row, current = 0, None
-    for (version, path) in sorted(pairs):
-        old, new = pairs[(version, path)]
-        if old is not None and new is not None:
-            if not _images_differ(old, new):
-                continue
-            event = "MODIFY"
-        else:
-            event = "INSERT" if new is not None else "REMOVE"
-        if version != current:
-            row, current = 0, version
-        old_kept = old if keep_old else None
-        new_kept = new if keep_new else None
-        key = {"relative_path": path}
-        out.append(Record(
-            sequence_number=sequence_number(version, row), event_name=event, key=key,
-            old_image=old_kept, new_image=new_kept, commit_version=version,
-            commit_timestamp=commit_time(version), shard_id=shard.shard_id,
-            size_bytes=_size(path, old_kept, new_kept)))
-        row += 1
-    return out
+    window = shard_window(table, shard, after, up_to)
+    return window.records(0, len(window), shard, view_type, commit_time)
