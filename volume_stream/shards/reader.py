@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 from directory_table import DirectoryTable
 from directory_table.layout import bucket_of
 from directory_table.schema import PUBLIC_COLUMNS
-from volume_stream.shards.model import Record, Shard, sequence_number
+from volume_stream.shards.model import Record, Shard
 
 __all__ = ["CommitTimes", "Window", "shard_records", "shard_window"]
 
@@ -113,19 +113,23 @@ class Window:
         keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
         keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
         out = []
-        for k, (version, row) in enumerate(zip(self.version[i:j].tolist(),
-                                               self.row[i:j].tolist(), strict=True)):
-            has_old, has_new = old[k] >= 0, new[k] >= 0
+        times: dict[int, datetime] = {}
+        shard_id = shard.shard_id
+        for k, (version, row, io, jn) in enumerate(zip(
+                self.version[i:j].tolist(), self.row[i:j].tolist(), old.tolist(), new.tolist(),
+                strict=True)):
+            has_old, has_new = io >= 0, jn >= 0
             event = "MODIFY" if has_old and has_new else ("INSERT" if has_new else "REMOVE")
             image = news[k] if has_new else olds[k]
             path = image["relative_path"]
             o = olds[k] if has_old and keep_old else None
             n = news[k] if has_new and keep_new else None
-            out.append(Record(
-                sequence_number=sequence_number(version, row), event_name=event,
-                key={"relative_path": path}, old_image=o, new_image=n,
-                commit_version=version, commit_timestamp=commit_time(version),
-                shard_id=shard.shard_id, size_bytes=_size(path, o, n)))
+            when = times.get(version)
+            if when is None:
+                when = times[version] = commit_time(version)
+            # the sequence number, inlined (model.sequence_number): this loop is the hot path
+            out.append(Record(f"1{version:019d}{row:010d}", event, {"relative_path": path}, o,
+                              n, version, when, shard_id, _size(path, o, n)))
         return out
 
 
