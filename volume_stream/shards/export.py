@@ -34,7 +34,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -43,12 +45,13 @@ from deltalake.exceptions import DeltaError
 from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream.errors import InvalidInputError, TrimmedDataError, converted
 from volume_stream.shards.log import ChangeLog, list_change_logs
-from volume_stream.shards.model import Record, Shard
-from volume_stream.shards.reader import CommitTimes, shard_records
+from volume_stream.shards.model import Shard
+from volume_stream.shards.reader import CommitTimes, Window, shard_window
 from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.warehouse import Warehouse, check_name
 
-__all__ = ["CRASH_ENV", "FORMATS", "ExportResult", "export_changes", "resolve_range"]
+__all__ = ["CRASH_ENV", "FORMATS", "ExportResult", "export_changes", "resolve_range",
+           "window_rows"]
 
 FORMATS = ("parquet", "csv", "delta")
 #: versions per window (the unit of output files and of resumption)
@@ -109,27 +112,57 @@ def _ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def record_rows(r: Record, sequence_info: bool) -> list[dict[str, Any]]:
-    """The DataX rows of one record."""
-    ms = _ms(r.commit_timestamp)
-    path = r.key["relative_path"]
-    seq = f"{r.shard_id}:{r.sequence_number}"
-    rows = []
-    if r.event_name in ("MODIFY", "REMOVE"):
-        rows.append({"relative_path": path, "column_name": None, "version": ms,
-                     "column_value": None, "op_type": "DR"})
-    if r.event_name in ("INSERT", "MODIFY"):
-        for col in _VALUE_COLUMNS:
-            value = r.new_image[col]
-            if value is None:
-                continue
-            text = value.isoformat() if isinstance(value, datetime) else str(value)
-            rows.append({"relative_path": path, "column_name": col, "version": ms,
-                         "column_value": text, "op_type": "U"})
+def _text(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_timestamp(col.type):
+        return pc.strftime(col, format="%Y-%m-%dT%H:%M:%S%z")
+    return pc.cast(col, pa.string())
+
+
+def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
+                sequence_info: bool) -> tuple[pa.Table, int]:
+    """(the DataX rows, the number of records) of a window's records committed in [a, b),
+    built column-wise: per record a `DR` row if it had an old image (MODIFY, REMOVE), then a
+    `U` row per non-null public column of its new image (INSERT, MODIFY)."""
+    schema = _schema(sequence_info)
+    if not len(window):
+        return schema.empty_table(), 0
+    versions = np.unique(window.version)
+    ms_of = {int(v): _ms(commit_time(int(v))) for v in versions}
+    ms = np.array([ms_of[v] for v in window.version.tolist()], np.int64)
+    keep = np.nonzero((ms >= a) & (ms < b))[0]
+    if not len(keep):
+        return schema.empty_table(), 0
+    old, new, ms = window.old[keep], window.new[keep], ms[keep]
+    seqs = None
     if sequence_info:
-        for row in rows:
-            row["sequence_info"] = seq
-    return rows
+        seqs = np.array([f"{shard.shard_id}:1{v:019d}{r:010d}" for v, r in zip(
+            window.version[keep].tolist(), window.row[keep].tolist(), strict=True)], object)
+    parts, order = [], []
+    t = window.rows
+
+    def part(rec: np.ndarray, src: np.ndarray, name: str | None, values: Any, op: str,
+             slot: int) -> None:
+        n = len(rec)
+        cols = {"relative_path": t["relative_path"].take(pa.array(src)),
+                "column_name": pa.array([name] * n, pa.string()),
+                "version": pa.array(ms[rec]),
+                "column_value": values if values is not None else pa.nulls(n, pa.string()),
+                "op_type": pa.array([op] * n, pa.string())}
+        if sequence_info:
+            cols["sequence_info"] = pa.array(seqs[rec], pa.string())
+        parts.append(pa.table(cols, schema=schema))
+        order.append(rec * 8 + slot)
+
+    rec = np.nonzero(old >= 0)[0]
+    part(rec, old[rec], None, None, "DR", 0)
+    has_new = np.nonzero(new >= 0)[0]
+    for slot, col in enumerate(_VALUE_COLUMNS, 1):
+        values = t[col].take(pa.array(new[has_new]))
+        valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
+        rec = has_new[valid]
+        part(rec, new[rec], col, _text(values.filter(pa.array(valid))), "U", slot)
+    rows = pa.concat_tables(parts)
+    return rows.take(pa.array(np.argsort(np.concatenate(order), kind="stable"))), len(keep)
 
 
 class _Exporter:
@@ -195,8 +228,7 @@ class _Exporter:
         if ahead > 0:
             time.sleep(ahead)
 
-    def _write(self, shard: Shard, first: int, rows: list[dict[str, Any]]) -> str:
-        table = pa.Table.from_pylist(rows, self.schema)
+    def _write(self, shard: Shard, first: int, table: pa.Table) -> str:
         if self.fmt == "delta":
             app = f"volume-stream-export/{self.range_key}/{shard.shard_id}"
             if DeltaTable.is_deltatable(self.out):
@@ -239,19 +271,19 @@ class _Exporter:
                 w = w_end
                 continue
             lo = max(w, start)
-            records = self._retry(lambda lo=lo, w_end=w_end: shard_records(
-                table, shard, lo, w_end, "NEW_AND_OLD_IMAGES", times))
-            records = [r for r in records if self.a <= _ms(r.commit_timestamp) < self.b]
-            rows = [row for r in records for row in record_rows(r, self.sequence_info)]
-            if rows:
+            window = self._retry(lambda lo=lo, w_end=w_end: shard_window(
+                table, shard, lo, w_end))
+            rows, n_records = window_rows(window, shard, times, self.a, self.b,
+                                          self.sequence_info)
+            if rows.num_rows:
                 path = self._retry(lambda rows=rows, w=w: self._write(shard, w + 1, rows))
                 with self._lock:
                     self.result.files.append(path)
-                    self.result.rows += len(rows)
-                    self.result.records += len(records)
+                    self.result.rows += rows.num_rows
+                    self.result.records += n_records
                     self.result.windows_written += 1
                 self._crash_check()
-            total_rows += len(rows)
+            total_rows += rows.num_rows
             self.record(shard.shard_id, w_end, w_end >= stop, total_rows)
             w = w_end
         if stop <= start:
