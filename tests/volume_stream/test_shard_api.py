@@ -303,3 +303,22 @@ def test_list_streams_paging_and_disabled_stream(cat, server, data_dir, ev):
     (r,) = recs
     assert r["dynamodb"]["Keys"] == {"relative_path": {"S": "k.txt"}}
     assert "NewImage" not in r["dynamodb"] and r["dynamodb"]["StreamViewType"] == "KEYS_ONLY"
+
+
+def test_recreated_volume_is_a_new_table(cat, server, data_dir, ev):
+    c = client(server.url)
+    old_arn = c.list_streams(TableName="vol")["Streams"][0]["StreamArn"]
+    sid = c.describe_stream(StreamArn=old_arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    it = c.get_shard_iterator(StreamArn=old_arn, ShardId=sid,
+                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    cat.create_volume("vol", data_dir, replace=True)
+    apply(cat, ev.put("fresh.txt"))
+    with pytest.raises(ClientError) as err:
+        c.get_records(ShardIterator=it)
+    assert code(err) == "ExpiredIteratorException"
+    arn = c.list_streams(TableName="vol")["Streams"][0]["StreamArn"]
+    (shard,) = c.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    it = c.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    (r,) = c.get_records(ShardIterator=it)["Records"]
+    assert r["dynamodb"]["Keys"]["relative_path"]["S"] == "fresh.txt"

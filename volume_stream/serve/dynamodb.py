@@ -111,6 +111,8 @@ class StreamsApi:
 
     def _log(self, volume: str, label: str) -> ChangeLog:
         log = self._logs.get((volume, label))
+        if log is not None and self.catalog.volume_spec(volume).id != log.spec.id:
+            log = None  # the volume was dropped and made again under its name
         if log is None:
             log = ChangeLog(self.catalog, volume, label=label, region=self.region,
                             account_id=self.account_id)
