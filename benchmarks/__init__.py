@@ -12,6 +12,7 @@ summary goes to `.bench/results.json`.
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
+    shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
 
@@ -27,12 +28,13 @@ from benchmarks import (
     cli,
     discovery,
     scale,
+    shards,
     stream_read,
     tables,
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline, tables, cli)}
+BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
+                                       bench_sqs, bench_pipeline, tables, cli)}
 
 __all__ = ["BENCHMARKS"]

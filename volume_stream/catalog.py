@@ -31,6 +31,10 @@ from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream._spark import get_spark
 from volume_stream.errors import converted
 from volume_stream.pipelines.pipeline import Pipeline
+from volume_stream.shards import ChangeLog, Shard
+from volume_stream.shards import meta as shard_meta
+from volume_stream.shards.autosplit import auto_split
+from volume_stream.shards.export import ExportResult, export_changes
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
 from volume_stream.tables import TableStore
@@ -156,17 +160,22 @@ class Catalog:
 
     def create_volume(self, name: str, location: str | os.PathLike, *, recursive: bool = True,
                       notification: Any = None, replace: bool = False,
-                      **options: Any) -> VolumeSpec:
+                      shards: int | None = None, **options: Any) -> VolumeSpec:
         """Register a volume and create its (empty) directory table at version 0.
 
         Options: `include` / `exclude` (globs on relative paths), `data_retention_days`
-        (default 7), and backend options (endpoint, region, credentials: never stored).
+        (default 7), `shards` (of its change log, default 1: `change_log`), and backend
+        options (endpoint, region, credentials: never stored).
 
         Example:
             >>> cat.create_volume("landing", "/data/landing", recursive=False)
         """
-        return self.volumes.create(name, location, recursive=recursive,
+        spec = self.volumes.create(name, location, recursive=recursive,
                                    notification=notification, replace=replace, **options)
+        if shards is not None:
+            buckets = self.directory_table(name).layout().buckets
+            shard_meta.ensure(self.warehouse, name, buckets, shards=shards)
+        return spec
 
     def drop_volume(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
         """Remove a volume, its directory table and (with `cascade=True`) its streams."""
@@ -338,3 +347,57 @@ class Catalog:
     def register_udf(self, name: str, fn: Any, return_type: Any = "string") -> None:
         """Make a Python function callable from `sql()` under `name`."""
         register_udf(self, name, fn, return_type)
+
+    # ------------------------------------------------------------------ change logs (shards)
+    def change_log(self, volume: str, *, label: str | None = None, **options: Any) -> ChangeLog:
+        """The volume's change log (its newest stream, or the one `label` names), split into
+        shards read through iterators, DynamoDB Streams style (`volume_stream.shards`).
+        Options: `region`, `account_id` (12 digits) for its ARN.
+
+        Example:
+            >>> log = cat.change_log("landing")
+            >>> it = log.iterator(log.shards()[0].shard_id, "TRIM_HORIZON")
+            >>> log.get_records(it).records
+        """
+        return ChangeLog(self, volume, label=label, **options)
+
+    def reshard(self, volume: str, shards: int) -> list[Shard]:
+        """Close every open shard of the volume's change log at the latest version and open
+        `shards` children naming their parents; returns the children."""
+        return self.change_log(volume).reshard(shards)
+
+    def enable_change_log(self, volume: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
+                          shards: int = 1) -> ChangeLog:
+        """Start a new change log stream (new label) from the latest version on."""
+        table = self.directory_table(volume)
+        shard_meta.enable(self.warehouse, volume, table.layout().buckets, table.version(),
+                          view_type=view_type, shards=shards)
+        return self.change_log(volume)
+
+    def disable_change_log(self, volume: str) -> None:
+        """Close every open shard at the latest version; records stay readable until the
+        volume's retention period after now."""
+        self.change_log(volume)
+        table = self.directory_table(volume)
+        with converted(f"volume {volume!r}"):
+            shard_meta.disable(self.warehouse, volume, table.version)
+
+    def set_auto_split(self, volume: str, *, records_per_s: float | None,
+                       window_s: float = 60) -> None:
+        """Let the volume's shards split on their own when one's write rate over the last
+        `window_s` seconds is above `records_per_s` (None: never); see `auto_split`."""
+        self.change_log(volume)
+        shard_meta.set_split_threshold(self.warehouse, volume, records_per_s, window_s)
+
+    def auto_split(self, volume: str) -> list[Shard]:
+        """Split every open shard of the volume whose write rate is above its threshold (the
+        shard API server runs this periodically); returns the new children."""
+        return auto_split(self, volume)
+
+    def export_changes(self, volume: str, *, out: str | os.PathLike, **options: Any
+                       ) -> ExportResult:
+        """DataX-style export of the changes committed in [start_ms, end_ms) (or `date`,
+        yyyyMMdd UTC) to `out`; options: `format` (parquet, csv, delta), `status_table`,
+        `export_sequence_info`, `max_retries`, `parallelism`, `mbps`
+        (`volume_stream.shards.export`)."""
+        return export_changes(self, volume, out=out, **options)

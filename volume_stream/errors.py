@@ -11,6 +11,8 @@
     ├── ConfigError              bad or missing configuration, credentials
     ├── SourceError              a queue, object-store or folder read failed (a connector's
     │                            ConnectorError other than CredentialsError, which is ConfigError)
+    ├── ExpiredIteratorError     a shard iterator is expired, forged or not of this change log
+    ├── TrimmedDataError         a shard position is older than the change log's retention
     ├── CommitConflictError      another writer committed to the same directory table version
     │                            (directory_table.CommitConflict)
     └── WarehouseError           the warehouse folder is corrupt or not a warehouse (also a
@@ -35,12 +37,14 @@ __all__ = [
     "CommitConflictError",
     "ConfigError",
     "ConsumeConflictError",
+    "ExpiredIteratorError",
     "InvalidInputError",
     "NotFoundError",
     "SourceError",
     "SqlError",
     "SqlSyntaxError",
     "StaleStreamError",
+    "TrimmedDataError",
     "VolumeStreamError",
     "WarehouseError",
 ]
@@ -129,6 +133,15 @@ class SourceError(VolumeStreamError):
 
 class CommitConflictError(VolumeStreamError):
     """Another writer committed the directory table version this commit was planned on."""
+
+
+class ExpiredIteratorError(VolumeStreamError):
+    """A shard iterator is past its 15 minutes, was not issued by this warehouse (forged or
+    altered), or names a change log, stream or shard that is gone."""
+
+
+class TrimmedDataError(VolumeStreamError):
+    """A shard position (sequence number or iterator) is older than the change log keeps."""
 
 
 class SqlError(VolumeStreamError):

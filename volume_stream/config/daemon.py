@@ -104,6 +104,20 @@ class DaemonTuning(_Section):
         None, description="where poison events are written (default: <warehouse>/_dead_letter)")
 
 
+class ShardApiConfig(_Section):
+    """The DynamoDB Streams-compatible shard API (`volume-stream shard-api`) run by the daemon.
+    With `require_signature`, requests must be SigV4-signed with the key in
+    $VOLUME_STREAM_SHARD_API_ACCESS_KEY_ID / $VOLUME_STREAM_SHARD_API_SECRET (credentials
+    never come from the file)."""
+
+    enabled: bool = False
+    listen: str = Field("127.0.0.1:8000", description="HOST:PORT (port 0 picks a free one)")
+    require_signature: bool = False
+    region: str | None = None
+    account_id: str | None = Field(None, pattern=r"^\d{12}$")
+    auto_split_s: float | None = Field(10.0, gt=0, description="auto-split check interval")
+
+
 class StreamConfig(_Section):
     """A stream the daemon creates on its volume if it does not exist yet."""
 
@@ -240,6 +254,7 @@ class DaemonConfig(BaseSettings):
     log_json: bool = False
     metrics: MetricsConfig = MetricsConfig()
     daemon: DaemonTuning = DaemonTuning()
+    shard_api: ShardApiConfig = ShardApiConfig()
     volumes: dict[str, VolumeConfig] = Field(default_factory=dict)
     pipelines: dict[str, PipelineConfig] = Field(default_factory=dict)
     #: the file this configuration was read from (not a key of the file)
@@ -276,7 +291,8 @@ class DaemonConfig(BaseSettings):
     @model_validator(mode="after")
     def _something_to_do(self) -> DaemonConfig:
         if not any(v.enabled for v in self.volumes.values()) and \
-                not any(p.enabled for p in self.pipelines.values()):
+                not any(p.enabled for p in self.pipelines.values()) and \
+                not self.shard_api.enabled:
             raise ValueError("nothing to run: configure at least one enabled [volumes.NAME] "
                              "or [pipelines.NAME] table")
         return self

@@ -74,6 +74,7 @@ class Daemon:
         self.runners: dict[str, VolumeRunner] = {}
         self.pipelines: dict[str, PipelineRunner] = {}
         self.server: MetricsServer | None = None
+        self.shard_api: Any = None
         self._stats_thread: threading.Thread | None = None
         self._started = False
         self._signals = 0
@@ -158,6 +159,9 @@ class Daemon:
         if cfg.metrics.enabled:
             self.server = MetricsServer(self.metrics, health=self.health, ready=self.readiness,
                                         host=cfg.metrics.host, port=cfg.metrics.port).start()
+        if cfg.shard_api.enabled:
+            self.shard_api = _shard_api(self.catalog, cfg).start()
+            log.info("shard API on %s", self.shard_api.url)
         for name, vcfg in cfg.volumes.items():
             if vcfg.enabled:
                 runner = VolumeRunner(name, vcfg, self._open_watcher, self.metrics, cfg.daemon,
@@ -213,6 +217,9 @@ class Daemon:
         self.spark.stop()
         if self.server is not None:
             self.server.stop()
+        if self.shard_api is not None:
+            self.shard_api.stop()
+            self.shard_api = None
         if not done:
             stuck = [t.name for t in threads if t.alive]
             log.error("daemon: %s did not stop within %.0fs", stuck, timeout or 0)
@@ -298,3 +305,22 @@ class Daemon:
                 continue
             pending = -1 if info["stale"] else info["pending_changes"]
             m.stream_pending.labels(stream["name"], stream["volume"]).set(pending)
+
+
+def _shard_api(catalog: Catalog, cfg: DaemonConfig) -> Any:
+    """The `[shard_api]` server (not started); the secret comes from the environment."""
+    from volume_stream.serve.server import ShardApiServer, parse_listen
+
+    api = cfg.shard_api
+    keys = None
+    if api.require_signature:
+        key_id = os.environ.get("VOLUME_STREAM_SHARD_API_ACCESS_KEY_ID")
+        secret = os.environ.get("VOLUME_STREAM_SHARD_API_SECRET")
+        if not key_id or not secret:
+            raise ConfigError("[shard_api] require_signature needs the key in "
+                              "VOLUME_STREAM_SHARD_API_ACCESS_KEY_ID and "
+                              "VOLUME_STREAM_SHARD_API_SECRET (never in the file)")
+        keys = {key_id: secret}
+    host, port = parse_listen(api.listen)
+    return ShardApiServer(catalog, host, port, keys=keys, region=api.region,
+                          account_id=api.account_id, auto_split_s=api.auto_split_s)

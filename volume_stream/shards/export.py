@@ -1,0 +1,404 @@
+"""DataX-style export of a volume's change log (the OTSStream Reader's contract).
+
+    cat.export_changes("landing", start_ms=A, end_ms=B, out="/exports/landing",
+                       format="parquet", status_table="landing_export")
+
+Every change committed in [A, B) (`date="20261123"`: that UTC day) becomes rows
+`relative_path, column_name, version, column_value, op_type` (+ `sequence_info`), one per column
+version as DataX writes them: a new file gives a `U` row per public column other than the key
+(`version` = commit time in ms); an overwrite gives `DR` and then the `U` rows (a PutRow); a
+delete gives one `DR` row. The range must have ended (B ≤ now), so a finished range is final.
+
+Work is cut per shard into windows of `WINDOW` versions fixed by version number, so a window's
+output file (`part-<shard>-<first version>.<ext>`, written to a temporary name and renamed;
+for `delta`, one commit carrying a Delta app transaction) is the same on every run. With
+`status_table` (a Delta table under `<warehouse>/export_status/`), each finished window is
+recorded per (range, shard): a re-run of a finished range exports nothing new, and a run killed
+anywhere resumes after the last recorded window; a window written but not yet recorded is
+written again under the same name (parquet, csv) or skipped by its app transaction (delta), so
+nothing is duplicated. Shards run in parallel threads (`parallelism`), or one Spark task per
+shard (`engine="spark"`); storage errors (OSError, Delta errors) are retried up to
+`max_retries` times with back-off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import DeltaError
+
+from directory_table.schema import PUBLIC_COLUMNS
+from volume_stream.errors import InvalidInputError, TrimmedDataError, converted
+from volume_stream.shards.log import ChangeLog, list_change_logs
+from volume_stream.shards.model import Shard
+from volume_stream.shards.reader import CommitTimes, Window, shard_window
+from volume_stream.volumes.registry import VolumeRegistry
+from volume_stream.warehouse import Warehouse, check_name
+
+__all__ = ["CRASH_ENV", "FORMATS", "ExportResult", "export_changes", "resolve_range",
+           "window_rows"]
+
+FORMATS = ("parquet", "csv", "delta")
+#: versions per window (the unit of output files and of resumption)
+WINDOW = 64
+#: Test hook: SIGKILL this process once this many windows have been written (not recorded)
+CRASH_ENV = "VOLUME_STREAM_TEST_EXPORT_CRASH_AFTER"
+_VALUE_COLUMNS = [c for c in PUBLIC_COLUMNS if c != "relative_path"]
+_STATUS_SCHEMA = pa.schema([
+    ("range_key", pa.string()), ("shard_id", pa.string()), ("window_end", pa.int64()),
+    ("done", pa.bool_()), ("rows", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC"))])
+
+
+def _schema(sequence_info: bool) -> pa.Schema:
+    fields = [("relative_path", pa.string()), ("column_name", pa.string()),
+              ("version", pa.int64()), ("column_value", pa.string()), ("op_type", pa.string())]
+    return pa.schema(fields + ([("sequence_info", pa.string())] if sequence_info else []))
+
+
+@dataclass
+class ExportResult:
+    """What one export run did."""
+
+    start_ms: int
+    end_ms: int
+    rows: int = 0
+    records: int = 0
+    files: list[str] = field(default_factory=list)
+    windows_written: int = 0
+    windows_skipped: int = 0
+    shards: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "files"} | {
+            "files": len(self.files)}
+
+
+def resolve_range(start_ms: int | None, end_ms: int | None, date: str | None) -> tuple[int, int]:
+    """[A, B) in ms from start/end or a `yyyyMMdd` UTC day (one or the other)."""
+    if date is not None:
+        if start_ms is not None or end_ms is not None:
+            raise InvalidInputError("give either date or start_ms/end_ms, not both")
+        try:
+            day = datetime.strptime(str(date), "%Y%m%d").replace(tzinfo=UTC)
+        except ValueError as exc:
+            raise InvalidInputError(f"date must be yyyyMMdd, not {date!r}") from exc
+        a = int(day.timestamp() * 1000)
+        return a, a + 24 * 3600 * 1000
+    if start_ms is None or end_ms is None:
+        raise InvalidInputError("give start_ms and end_ms (or date)")
+    a, b = int(start_ms), int(end_ms)
+    if a >= b:
+        raise InvalidInputError(f"start_ms {a} must be before end_ms {b}")
+    return a, b
+
+
+def _ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def _text(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_timestamp(col.type):
+        return pc.strftime(col, format="%Y-%m-%dT%H:%M:%S%z")
+    return pc.cast(col, pa.string())
+
+
+def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
+                sequence_info: bool) -> tuple[pa.Table, int]:
+    """(the DataX rows, the number of records) of a window's records committed in [a, b),
+    built column-wise: per record a `DR` row if it had an old image (MODIFY, REMOVE), then a
+    `U` row per non-null public column of its new image (INSERT, MODIFY)."""
+    schema = _schema(sequence_info)
+    if not len(window):
+        return schema.empty_table(), 0
+    versions = np.unique(window.version)
+    ms_of = {int(v): _ms(commit_time(int(v))) for v in versions}
+    ms = np.array([ms_of[v] for v in window.version.tolist()], np.int64)
+    keep = np.nonzero((ms >= a) & (ms < b))[0]
+    if not len(keep):
+        return schema.empty_table(), 0
+    old, new, ms = window.old[keep], window.new[keep], ms[keep]
+    seqs = None
+    if sequence_info:
+        seqs = np.array([f"{shard.shard_id}:1{v:019d}{r:010d}" for v, r in zip(
+            window.version[keep].tolist(), window.row[keep].tolist(), strict=True)], object)
+    parts, order = [], []
+    t = window.rows
+
+    def part(rec: np.ndarray, src: np.ndarray, name: str | None, values: Any, op: str,
+             slot: int) -> None:
+        n = len(rec)
+        cols = {"relative_path": t["relative_path"].take(pa.array(src)),
+                "column_name": pa.array([name] * n, pa.string()),
+                "version": pa.array(ms[rec]),
+                "column_value": values if values is not None else pa.nulls(n, pa.string()),
+                "op_type": pa.array([op] * n, pa.string())}
+        if sequence_info:
+            cols["sequence_info"] = pa.array(seqs[rec], pa.string())
+        parts.append(pa.table(cols, schema=schema))
+        order.append(rec * 8 + slot)
+
+    rec = np.nonzero(old >= 0)[0]
+    part(rec, old[rec], None, None, "DR", 0)
+    has_new = np.nonzero(new >= 0)[0]
+    for slot, col in enumerate(_VALUE_COLUMNS, 1):
+        values = t[col].take(pa.array(new[has_new]))
+        valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
+        rec = has_new[valid]
+        part(rec, new[rec], col, _text(values.filter(pa.array(valid))), "U", slot)
+    rows = pa.concat_tables(parts)
+    return rows.take(pa.array(np.argsort(np.concatenate(order), kind="stable"))), len(keep)
+
+
+class _Exporter:
+    def __init__(self, catalog: Any, volume: str, a: int, b: int, out: str, fmt: str,
+                 status_path: str | None, sequence_info: bool, max_retries: int,
+                 mbps: float | None, result: ExportResult):
+        self.catalog, self.volume, self.a, self.b = catalog, volume, a, b
+        self.out, self.fmt, self.status_path = out, fmt, status_path
+        self.sequence_info, self.max_retries, self.mbps = sequence_info, max_retries, mbps
+        self.result = result
+        self.spec = catalog.volume_spec(volume)
+        self.range_key = f"{volume}:{self.spec.id}:{a}:{b}"
+        self.schema = _schema(sequence_info)
+        self._lock = threading.Lock()
+        self._written = 0
+        self._bytes, self._started = 0, time.monotonic()
+
+    # ---------------------------------------------------------------- status
+    def status(self) -> dict[str, tuple[int, bool]]:
+        """{shard_id: (last recorded window end, done)} of this range."""
+        if not self.status_path or not DeltaTable.is_deltatable(self.status_path):
+            return {}
+        rows = DeltaTable(self.status_path).to_pyarrow_dataset().to_table().to_pylist()
+        out: dict[str, tuple[int, bool]] = {}
+        for r in rows:
+            if r["range_key"] == self.range_key:
+                prev = out.get(r["shard_id"], (-1, False))
+                out[r["shard_id"]] = max(prev, (r["window_end"], r["done"]))
+        return out
+
+    def record(self, shard_id: str, window_end: int, done: bool, rows: int) -> None:
+        if not self.status_path:
+            return
+        row = pa.Table.from_pylist([{
+            "range_key": self.range_key, "shard_id": shard_id, "window_end": window_end,
+            "done": done, "rows": rows, "updated_at": datetime.now(UTC)}], _STATUS_SCHEMA)
+        self._retry(lambda: write_deltalake(self.status_path, row, mode="append"))
+
+    # ---------------------------------------------------------------- work
+    def _retry(self, fn: Any) -> Any:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return fn()
+            except (OSError, DeltaError):
+                if attempt == self.max_retries:
+                    raise
+                time.sleep(min(0.05 * 2 ** attempt, 5.0))
+        return None
+
+    def _crash_check(self) -> None:
+        limit = os.environ.get(CRASH_ENV)
+        with self._lock:
+            self._written += 1
+            if limit and self._written >= int(limit):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def _throttle(self, nbytes: int) -> None:
+        if not self.mbps:
+            return
+        with self._lock:
+            self._bytes += nbytes
+            ahead = self._bytes / (self.mbps * 1024 * 1024) - (time.monotonic() - self._started)
+        if ahead > 0:
+            time.sleep(ahead)
+
+    def _write(self, shard: Shard, first: int, table: pa.Table) -> str:
+        if self.fmt == "delta":
+            app = f"volume-stream-export/{self.range_key}/{shard.shard_id}"
+            if DeltaTable.is_deltatable(self.out):
+                done = DeltaTable(self.out).transaction_version(app)
+                if done is not None and done >= first:
+                    return self.out  # committed before a crash, not yet recorded
+            write_deltalake(self.out, table, mode="append", commit_properties=CommitProperties(
+                app_transactions=[Transaction(app, first)]))
+            return self.out
+        ext = "parquet" if self.fmt == "parquet" else "csv"
+        final = Path(self.out) / f"part-{shard.shard_id}-{first:020d}.{ext}"
+        tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.tmp")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if self.fmt == "parquet":
+            pq.write_table(table, tmp)
+        else:
+            pacsv.write_csv(table, tmp)
+        os.replace(tmp, final)
+        self._throttle(final.stat().st_size)
+        return str(final)
+
+    def shard(self, log: ChangeLog | None, shard: Shard, lo_v: int, hi_v: int,
+              status: dict[str, tuple[int, bool]]) -> None:
+        recorded, done = status.get(shard.shard_id, (-1, False))
+        start = max(lo_v, shard.start_version)
+        stop = min(hi_v, shard.end_version if shard.closed else hi_v)
+        if done:
+            with self._lock:
+                self.result.windows_skipped += 1
+            return
+        table = self.catalog.directory_table(self.volume)
+        times = CommitTimes(table)
+        total_rows = 0
+        w = start - start % WINDOW  # windows fixed by version number
+        while w < stop:
+            w_end = min(w + WINDOW, stop)
+            if w_end <= recorded:
+                with self._lock:
+                    self.result.windows_skipped += 1
+                w = w_end
+                continue
+            lo = max(w, start)
+            window = self._retry(lambda lo=lo, w_end=w_end: shard_window(
+                table, shard, lo, w_end))
+            rows, n_records = window_rows(window, shard, times, self.a, self.b,
+                                          self.sequence_info)
+            if rows.num_rows:
+                path = self._retry(lambda rows=rows, w=w: self._write(shard, w + 1, rows))
+                with self._lock:
+                    self.result.files.append(path)
+                    self.result.rows += rows.num_rows
+                    self.result.records += n_records
+                    self.result.windows_written += 1
+                self._crash_check()
+            total_rows += rows.num_rows
+            self.record(shard.shard_id, w_end, w_end >= stop, total_rows)
+            w = w_end
+        if stop <= start:
+            self.record(shard.shard_id, stop, True, 0)
+
+
+def _version_window(table: Any, a: int, b: int, volume: str) -> tuple[int, int] | None:
+    """(lo, hi): the versions (lo, hi] holding every commit in [a, b); None if none is."""
+    history = table.history()
+    inside = [h["version"] for h in history if a <= _ms(h["timestamp"]) < b]
+    oldest = table.oldest_version()
+    kept = [h for h in history if h["version"] >= oldest]
+    if kept and oldest > 0 and _ms(min(kept, key=lambda h: h["version"])["timestamp"]) > a:
+        raise TrimmedDataError(
+            f"volume {volume!r}: the export range starts at {a} ms, before the oldest kept "
+            f"version {oldest} (trimmed by retention)")
+    if not inside:
+        return None
+    return min(inside) - 1, max(inside)
+
+
+class _Tables:
+    """What an export task needs of a catalog, rebuilt from the warehouse folder on a Spark
+    executor (the `Catalog` holds a SparkSession and does not travel)."""
+
+    def __init__(self, root: str):
+        self.warehouse = Warehouse(root)
+        self._volumes = VolumeRegistry(self.warehouse, lambda: None)
+
+    def volume_spec(self, volume: str) -> Any:
+        return self._volumes.spec(volume)
+
+    def directory_table(self, volume: str) -> Any:
+        return self._volumes.table(self._volumes.spec(volume))
+
+
+def _spark_task(args: tuple) -> dict[str, Any]:
+    """One shard's export, inside a Spark task."""
+    root, volume, a, b, out, fmt, status_path, seq_info, retries, mbps, shard, window, status = args
+    result = ExportResult(a, b)
+    _Exporter(_Tables(root), volume, a, b, out, fmt, status_path, seq_info, retries, mbps,
+              result).shard(None, shard, *window, status)
+    return result.__dict__
+
+
+def _run_on_spark(spark: Any, exporter: _Exporter, jobs: list, window: tuple[int, int],
+                  status: dict) -> None:
+    e = exporter
+    tasks = [(str(e.catalog.warehouse.root), e.volume, e.a, e.b, e.out, e.fmt, e.status_path,
+              e.sequence_info, e.max_retries, e.mbps, shard, window, status)
+             for _, shard in jobs]
+    if not tasks:
+        return
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))  # one task per shard
+    for part in rdd.map(_spark_task).collect():
+        for key in ("rows", "records", "windows_written", "windows_skipped"):
+            setattr(e.result, key, getattr(e.result, key) + part[key])
+        e.result.files += part["files"]
+
+
+def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
+                   start_ms: int | None = None, end_ms: int | None = None,
+                   date: str | None = None, format: str = "parquet",
+                   status_table: str | None = None, export_sequence_info: bool = False,
+                   max_retries: int = 30, parallelism: int = 1,
+                   mbps: float | None = None, engine: str = "threads") -> ExportResult:
+    """Export the volume's changes committed in [start_ms, end_ms) (or on UTC day `date`).
+    `engine="spark"` runs one Spark task per shard (the warehouse and `out` must be reachable
+    from the executors); `"threads"` runs `parallelism` shards at once in this process."""
+    if engine not in ("threads", "spark"):
+        raise InvalidInputError(f"engine must be 'threads' or 'spark', not {engine!r}")
+    started = time.perf_counter()
+    a, b = resolve_range(start_ms, end_ms, date)
+    fmt = str(format).lower()
+    if fmt not in FORMATS:
+        raise InvalidInputError(f"invalid format {format!r}; valid formats: {', '.join(FORMATS)}")
+    if not isinstance(max_retries, int) or max_retries < 0:
+        raise InvalidInputError(f"max_retries must be an integer >= 0, not {max_retries!r}")
+    if not isinstance(parallelism, int) or parallelism < 1:
+        raise InvalidInputError(f"parallelism must be an integer >= 1, not {parallelism!r}")
+    if mbps is not None and mbps <= 0:
+        raise InvalidInputError(f"mbps must be > 0, not {mbps!r}")
+    now = datetime.now(UTC)
+    if b > _ms(now + timedelta(seconds=1)):
+        raise InvalidInputError(f"end_ms {b} is in the future: export a range that has ended "
+                                f"(now is {_ms(now)})")
+    status_path = None
+    if status_table:
+        check_name("status table", status_table)
+        status_path = str(Path(catalog.warehouse.root) / "export_status" / status_table)
+    result = ExportResult(a, b)
+    exporter = _Exporter(catalog, volume, a, b, os.fspath(out), fmt, status_path,
+                         export_sequence_info, max_retries, mbps, result)
+    table = catalog.directory_table(volume)
+    with converted(f"volume {volume!r}"):
+        window = _version_window(table, a, b, volume)
+    if window is None:
+        result.seconds = time.perf_counter() - started
+        return result
+    status = exporter.status()
+    jobs = []
+    for _, label in list_change_logs(catalog, volume):
+        log = ChangeLog(catalog, volume, label=label)
+        jobs += [(log, s) for s in log.shards()
+                 if s.start_version < window[1] and (not s.closed or s.end_version > window[0])]
+    result.shards = len(jobs)
+    if engine == "spark":
+        with converted(f"volume {volume!r}"):
+            _run_on_spark(catalog.spark, exporter, jobs, window, status)
+        result.seconds = time.perf_counter() - started
+        return result
+    with converted(f"volume {volume!r}"), ThreadPoolExecutor(
+            max_workers=parallelism, thread_name_prefix="volume-stream-export") as pool:
+        futures = [pool.submit(exporter.shard, log, s, *window, status) for log, s in jobs]
+        for f in futures:
+            f.result()
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,290 @@
+"""`ChangeLog`: one stream of a volume's change log, read shard by shard through iterators.
+
+    log = cat.change_log("landing")
+    for shard in log.shards():                       # parents before children
+        it = log.iterator(shard.shard_id, "TRIM_HORIZON")
+        while it:
+            page = log.get_records(it, limit=1000)
+            handle(page.records)
+            it = page.next_iterator                  # None once a closed shard is drained
+            if not page.records and not shard.closed:
+                break                                # an open shard: poll again later
+
+Takes the `Catalog` (public methods and its `warehouse`) only; the metadata lives in the
+warehouse catalog (`shards.meta`), the records come from the directory table
+(`shards.reader`). DESIGN §10.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from volume_stream.errors import (
+    ExpiredIteratorError,
+    InvalidInputError,
+    NotFoundError,
+    TrimmedDataError,
+    converted,
+)
+from volume_stream.shards import meta as shard_meta
+from volume_stream.shards.iterators import IteratorSigner
+from volume_stream.shards.model import (
+    ITERATOR_KINDS,
+    MAX_ROW,
+    Position,
+    Record,
+    RecordsPage,
+    Shard,
+    parse_sequence_number,
+)
+from volume_stream.shards.reader import CommitTimes, Window, shard_window
+
+__all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "list_change_logs"]
+
+DEFAULT_REGION = "us-east-1"
+DEFAULT_ACCOUNT = "000000000000"
+MAX_LIMIT = 1000
+MAX_BYTES = 1024 * 1024
+#: versions per read window (on a fixed grid, so pages of one window share its cached read)
+WINDOW = 64
+_WINDOWS_CACHED = 4
+
+
+def _expired(stream: dict[str, Any], retention_days: float, now: datetime) -> bool:
+    disabled = stream.get("disabled_at")
+    return bool(disabled) and (datetime.fromisoformat(disabled)
+                               + timedelta(days=retention_days) < now)
+
+
+def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str, str]]:
+    """(volume, label) of every readable stream, oldest first per volume; a volume without
+    change log metadata yet gets its default one (enabled, one shard)."""
+    names = [volume] if volume else [v["name"] for v in catalog.list_volumes()]
+    out = []
+    now = datetime.now(UTC)
+    for name in names:
+        meta = ChangeLog(catalog, name).meta
+        days = catalog.volume_spec(name).retention_days
+        out += [(name, s["label"]) for s in meta["streams"] if not _expired(s, days, now)]
+    return out
+
+
+class ChangeLog:
+    """One stream (the newest unless `label` names another) of a volume's change log."""
+
+    def __init__(self, catalog: Any, volume: str, *, label: str | None = None,
+                 region: str = DEFAULT_REGION, account_id: str = DEFAULT_ACCOUNT,
+                 clock: Callable[[], float] = time.time):
+        if not (isinstance(account_id, str) and len(account_id) == 12 and account_id.isdigit()):
+            raise InvalidInputError(f"account_id must be 12 digits, not {account_id!r}")
+        self.catalog, self.volume = catalog, volume
+        self.region, self.account_id, self.clock = region, account_id, clock
+        self.spec = catalog.volume_spec(volume)
+        self.table = catalog.directory_table(volume)
+        with converted(f"volume {volume!r}"):
+            buckets = self.table.layout().buckets
+        created = datetime.fromisoformat(self.spec.created_at) if self.spec.created_at else None
+        self.meta = shard_meta.ensure(catalog.warehouse, volume, buckets, created=created)
+        streams = {s["label"]: s for s in self.meta["streams"]}
+        if label is not None and label not in streams:
+            raise NotFoundError("change log stream", f"{volume}/{label}", streams)
+        self.stream = streams[label] if label else self.meta["streams"][-1]
+        if _expired(self.stream, self.spec.retention_days, datetime.now(UTC)):
+            raise NotFoundError("change log stream", f"{volume}/{self.stream['label']}",
+                                [s for s, v in streams.items()
+                                 if not _expired(v, self.spec.retention_days, datetime.now(UTC))])
+        self._signer = IteratorSigner(catalog.warehouse.root)
+        self._times = CommitTimes(self.table)
+        self._windows: dict[tuple[str, int, int], Window] = {}
+
+    # ------------------------------------------------------------------ description
+    @property
+    def label(self) -> str:
+        return self.stream["label"]
+
+    @property
+    def arn(self) -> str:
+        return (f"arn:aws:dynamodb:{self.region}:{self.account_id}:table/{self.volume}"
+                f"/stream/{self.label}")
+
+    @property
+    def view_type(self) -> str:
+        return self.stream["view_type"]
+
+    @property
+    def enabled(self) -> bool:
+        return self.stream["disabled_version"] is None
+
+    def _reload(self) -> None:
+        state = self.catalog.warehouse.read()
+        meta = state.get((shard_meta.CHANGE_LOG, self.volume))
+        if meta is None or meta["volume_id"] != self.spec.id:
+            raise ExpiredIteratorError(f"the change log of volume {self.volume!r} is gone "
+                                       f"(volume dropped or replaced)")
+        self.meta = meta
+        self.stream = next(s for s in meta["streams"] if s["label"] == self.label)
+
+    def oldest_version(self) -> int:
+        with converted(f"volume {self.volume!r}"):
+            return self.table.oldest_version()
+
+    def shards(self) -> list[Shard]:
+        """The shards, parents before children; closed shards whose records retention removed
+        are left out (an empty one, closed where it opened, stays until then)."""
+        self._reload()
+        oldest = self.oldest_version()
+        shards = [Shard.from_meta(s, self.meta["buckets"]) for s in self.stream["shards"]]
+        kept = [s for s in shards if s.end_version is None or s.end_version > oldest
+                or s.start_version >= oldest]
+        return kept  # in creation order: parents before children
+
+    def _state(self, shard_id: str) -> tuple[Shard, int]:
+        """The shard and the last version to read from it: its end once closed; while open,
+        the latest version, read *before* the catalog (a reshard commits its intent, then
+        closes at a version it reads after: at least this one; `meta._intend`)."""
+        cached = next((s for s in self.stream["shards"] if s["id"] == shard_id), None)
+        if cached is not None and cached["end_version"] is not None:
+            # closed for good: no need to read the catalog again
+            return Shard.from_meta(cached, self.meta["buckets"]), cached["end_version"]
+        with converted(f"volume {self.volume!r}"):
+            latest = self.table.version()
+            self._reload()
+            if self.stream.get("closing") and self.stream is self.meta["streams"][-1]:
+                shard_meta.finish(self.catalog.warehouse, self.volume, self.table.version)
+                self._reload()
+        shard = self._shard(shard_id)
+        return shard, shard.end_version if shard.closed else latest
+
+    def _window(self, shard: Shard, a: int, b: int) -> Window:
+        """The shard's records of versions (a, b] and their sequence numbers, cached (a few
+        windows): consecutive pages of one window read its change data feed once."""
+        key = (shard.shard_id, a, b)
+        hit = self._windows.pop(key, None)
+        if hit is None:
+            hit = shard_window(self.table, shard, a, b)
+        self._windows[key] = hit
+        while len(self._windows) > _WINDOWS_CACHED:
+            self._windows.pop(next(iter(self._windows)))
+        return hit
+
+    def _shard(self, shard_id: str) -> Shard:
+        for s in self.stream["shards"]:
+            if s["id"] == shard_id:
+                return Shard.from_meta(s, self.meta["buckets"])
+        raise NotFoundError("shard", shard_id, [s["id"] for s in self.stream["shards"]])
+
+    # ------------------------------------------------------------------ iterators
+    def iterator(self, shard_id: str, kind: str, sequence_number: str | None = None) -> str:
+        """A shard iterator (valid 15 minutes). `kind`: TRIM_HORIZON (the oldest kept record),
+        LATEST (only records committed from now on), AT_SEQUENCE_NUMBER or
+        AFTER_SEQUENCE_NUMBER (with `sequence_number`).
+
+        Raises:
+            NotFoundError: no such shard. InvalidInputError: bad kind or sequence number.
+            TrimmedDataError: the sequence number is older than retention keeps.
+        """
+        shard, hi = self._state(shard_id)
+        kind = str(kind).upper()
+        if kind not in ITERATOR_KINDS:
+            raise InvalidInputError(f"invalid shard iterator type {kind!r}; valid types: "
+                                    f"{', '.join(ITERATOR_KINDS)}")
+        with_seq = kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
+        if with_seq != (sequence_number is not None):
+            raise InvalidInputError(f"{kind} {'needs' if with_seq else 'takes no'} "
+                                    f"sequence number")
+        oldest = self.oldest_version()
+        top = shard.end_version if shard.closed else None
+        if kind == "TRIM_HORIZON":
+            pos: Position = (max(shard.start_version, oldest), MAX_ROW)
+        elif kind == "LATEST":
+            pos = (max(hi, shard.start_version), MAX_ROW)
+        else:
+            version, row = parse_sequence_number(sequence_number)
+            if version <= shard.start_version or (top is not None and version > top):
+                raise InvalidInputError(
+                    f"sequence number {sequence_number} is not in shard {shard_id} (versions "
+                    f"{shard.start_version + 1} to {top if top is not None else 'now'})")
+            if kind == "AFTER_SEQUENCE_NUMBER":
+                pos = (version, row)
+            else:
+                pos = (version, row - 1) if row > 0 else (version - 1, MAX_ROW)
+            self._check_kept(pos, oldest, shard_id)
+        return self._token(shard, pos)
+
+    def _token(self, shard: Shard, pos: Position) -> str:
+        return self._signer.sign({"vid": self.spec.id, "vol": self.volume, "label": self.label,
+                                  "shard": shard.shard_id, "pos": list(pos)}, self.clock())
+
+    def _check_kept(self, pos: Position, oldest: int, shard_id: str) -> None:
+        base = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
+        if base < oldest:
+            raise TrimmedDataError(
+                f"shard {shard_id} of volume {self.volume!r}: position at version {pos[0]} is "
+                f"older than the oldest kept version {oldest} (trimmed by retention); start "
+                f"again from TRIM_HORIZON")
+
+    # ------------------------------------------------------------------ records
+    def get_records(self, iterator: str, limit: int = MAX_LIMIT, *,
+                    max_bytes: int = MAX_BYTES) -> RecordsPage:
+        """Up to `limit` (≤ 1000) records, about `max_bytes` at most, after the iterator's
+        position; `next_iterator` continues after the last one (None once a closed shard is
+        drained).
+
+        Raises:
+            ExpiredIteratorError: expired, forged, or of another change log.
+            TrimmedDataError: the position is older than retention keeps.
+        """
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise InvalidInputError(f"limit must be from 1 to {MAX_LIMIT}, not {limit!r}")
+        payload = self._signer.verify(iterator, self.clock())
+        if (payload.get("vid"), payload.get("vol"), payload.get("label")) != (
+                self.spec.id, self.volume, self.label):
+            raise ExpiredIteratorError(f"shard iterator belongs to another change log than "
+                                       f"{self.arn}")
+        shard, hi = self._state(payload["shard"])
+        pos: Position = (int(payload["pos"][0]), int(payload["pos"][1]))
+        with converted(f"volume {self.volume!r}"):
+            oldest = self.oldest_version()
+            self._check_kept(pos, oldest, shard.shard_id)
+            hi = max(hi, shard.start_version)
+            records: list[Record] = []
+            a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
+            ran = False
+            while a < hi and len(records) <= limit:
+                ran = True
+                g = max(a - a % WINDOW, shard.start_version, oldest)  # windows on a fixed grid
+                b = min(hi, g + WINDOW)
+                window = self._window(shard, g, b)
+                i = window.after(*pos)
+                records += window.records(i, i + limit + 1 - len(records), shard,
+                                          self.view_type, self._times)
+                a = b
+        cut = False
+        if len(records) > limit:
+            records, cut = records[:limit], True
+        total = 0
+        for i, r in enumerate(records):
+            total += r.size_bytes
+            if total > max_bytes and i > 0:
+                records, cut = records[:i], True
+                break
+        if cut:
+            last = records[-1]
+            nxt: Position = (last.commit_version, int(last.sequence_number[-10:]))
+        else:
+            nxt = (a, MAX_ROW) if ran else pos  # every version up to `a` was read whole
+        if shard.closed and not cut and nxt[0] >= shard.end_version:
+            return RecordsPage(records, None)
+        return RecordsPage(records, self._token(shard, nxt))
+
+    # ------------------------------------------------------------------ changes
+    def reshard(self, n: int) -> list[Shard]:
+        """Close every open shard at the latest version and open `n` children."""
+        with converted(f"volume {self.volume!r}"):
+            children = shard_meta.reshard(self.catalog.warehouse, self.volume, n,
+                                          self.table.version)
+        self._reload()
+        return [Shard.from_meta(c, self.meta["buckets"]) for c in children]
