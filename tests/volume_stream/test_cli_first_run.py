@@ -63,15 +63,15 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path):
     proc = subprocess.Popen([SCRIPT, "watch", "landing"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # wait until it listens: the start refresh is logged once it is done
+        # wait until it listens: it says so once its start refresh is done
         deadline = time.monotonic() + 120
         seen = ""
-        while "refresh landing" not in seen and time.monotonic() < deadline:
+        while "listening for events" not in seen and time.monotonic() < deadline:
             line = proc.stderr.readline()
             if not line and proc.poll() is not None:
                 break
             seen += line
-        assert "refresh landing" in seen, seen
+        assert "listening for events" in seen, seen
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

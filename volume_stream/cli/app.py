@@ -25,6 +25,7 @@ from volume_stream.cli import sql as sql_commands
 from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows, stop_on_sigterm
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.errors import VolumeStreamError
+from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
@@ -133,7 +134,8 @@ def stream_read(name: str, limit: Annotated[int | None, typer.Option(help="At mo
     records = _catalog(warehouse).read_stream_arrow(name)
     if limit is not None:
         records = records.slice(0, limit)
-    print_rows(records.to_pylist(), as_json, f"{name}: {records.num_rows} change records")
+    print_rows(records.to_pylist(), as_json,
+               f"{name}: {counted(records.num_rows, 'change records')}")
 
 
 @stream_app.command("drop")
