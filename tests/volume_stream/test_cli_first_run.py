@@ -95,3 +95,15 @@ def test_sql_udfs_load_from_the_current_and_the_script_folder(tmp_path):
                "--udf", "twice=helpers:twice", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [json.loads(line) for line in proc.stdout.splitlines()] == [{"a": "HI!", "b": "hoho"}]
+
+
+def test_drop_if_exists_without_a_warehouse_is_a_no_op(tmp_path):
+    from typer.testing import CliRunner
+
+    from volume_stream.cli import app
+
+    wh = ["--warehouse", str(tmp_path / "wh")]
+    for kind in ("volume", "stream"):
+        result = CliRunner().invoke(app, [kind, "drop", "x", "--if-exists", *wh])
+        assert result.exit_code == 0 and f"no {kind} x" in result.output, result.output
+    assert not (tmp_path / "wh").exists()

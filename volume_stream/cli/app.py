@@ -22,7 +22,15 @@ from rich.markup import escape
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import sql as sql_commands
-from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows, stop_on_sigterm
+from volume_stream.cli._common import (
+    AsJson,
+    Warehouse,
+    err,
+    has_warehouse,
+    out,
+    print_rows,
+    stop_on_sigterm,
+)
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.errors import VolumeStreamError
 from volume_stream.sql.result import counted
@@ -84,7 +92,10 @@ def volume_drop(name: str, if_exists: bool = False,
                 cascade: Annotated[bool, typer.Option(help="Also drop its streams.")] = False,
                 warehouse: Warehouse = None) -> None:
     """Drop a volume and its directory table (the files themselves are not touched)."""
-    dropped = _catalog(warehouse).drop_volume(name, if_exists=if_exists, cascade=cascade)
+    if if_exists and not has_warehouse(warehouse):  # nothing to drop, nothing to create
+        dropped = False
+    else:
+        dropped = _catalog(warehouse).drop_volume(name, if_exists=if_exists, cascade=cascade)
     out.print(f"dropped volume {name}" if dropped else f"no volume {name}")
 
 
@@ -141,7 +152,10 @@ def stream_read(name: str, limit: Annotated[int | None, typer.Option(help="At mo
 @stream_app.command("drop")
 def stream_drop(name: str, if_exists: bool = False, warehouse: Warehouse = None) -> None:
     """Drop a stream (its offset is forgotten)."""
-    dropped = _catalog(warehouse).drop_stream(name, if_exists=if_exists)
+    if if_exists and not has_warehouse(warehouse):  # nothing to drop, nothing to create
+        dropped = False
+    else:
+        dropped = _catalog(warehouse).drop_stream(name, if_exists=if_exists)
     out.print(f"dropped stream {name}" if dropped else f"no stream {name}")
 
 
