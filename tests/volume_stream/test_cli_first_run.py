@@ -63,15 +63,15 @@ def test_watch_stops_cleanly_on_sigterm(tmp_path):
     proc = subprocess.Popen([SCRIPT, "watch", "landing"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # wait until it listens: the start refresh is logged once it is done
+        # wait until it listens: it says so once its start refresh is done
         deadline = time.monotonic() + 120
         seen = ""
-        while "refresh landing" not in seen and time.monotonic() < deadline:
+        while "listening for events" not in seen and time.monotonic() < deadline:
             line = proc.stderr.readline()
             if not line and proc.poll() is not None:
                 break
             seen += line
-        assert "refresh landing" in seen, seen
+        assert "listening for events" in seen, seen
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -95,3 +95,15 @@ def test_sql_udfs_load_from_the_current_and_the_script_folder(tmp_path):
                "--udf", "twice=helpers:twice", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [json.loads(line) for line in proc.stdout.splitlines()] == [{"a": "HI!", "b": "hoho"}]
+
+
+def test_drop_if_exists_without_a_warehouse_is_a_no_op(tmp_path):
+    from typer.testing import CliRunner
+
+    from volume_stream.cli import app
+
+    wh = ["--warehouse", str(tmp_path / "wh")]
+    for kind in ("volume", "stream"):
+        result = CliRunner().invoke(app, [kind, "drop", "x", "--if-exists", *wh])
+        assert result.exit_code == 0 and f"no {kind} x" in result.output, result.output
+    assert not (tmp_path / "wh").exists()

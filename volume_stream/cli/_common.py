@@ -19,8 +19,10 @@ from rich.text import Text
 
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.settings import Settings
+from volume_stream.warehouse.store import MARKER
 
-__all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows", "stop_on_sigterm"]
+__all__ = ["AsJson", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
+           "stop_on_sigterm"]
 
 # No emoji codes anywhere (`acs:ram::1234` is a role ARN, not a sheep); table cells are Text,
 # so data is never read as markup either.
@@ -39,6 +41,11 @@ def catalog(warehouse: Path | None, *, create: bool = False) -> Catalog:
     saying there is no warehouse there, and nothing is created.
     """
     return connect(warehouse or Settings().warehouse, create=create)
+
+
+def has_warehouse(warehouse: Path | None) -> bool:
+    """Whether `--warehouse` (or its default) holds a warehouse (nothing is created)."""
+    return (Path(warehouse or Settings().warehouse) / MARKER).exists()
 
 
 @contextmanager

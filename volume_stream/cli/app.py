@@ -24,9 +24,18 @@ from volume_stream.cli import export as export_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
-from volume_stream.cli._common import AsJson, Warehouse, err, out, print_rows, stop_on_sigterm
+from volume_stream.cli._common import (
+    AsJson,
+    Warehouse,
+    err,
+    has_warehouse,
+    out,
+    print_rows,
+    stop_on_sigterm,
+)
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.errors import VolumeStreamError
+from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
@@ -100,7 +109,10 @@ def volume_drop(name: str, if_exists: bool = False,
                 cascade: Annotated[bool, typer.Option(help="Also drop its streams.")] = False,
                 warehouse: Warehouse = None) -> None:
     """Drop a volume and its directory table (the files themselves are not touched)."""
-    dropped = _catalog(warehouse).drop_volume(name, if_exists=if_exists, cascade=cascade)
+    if if_exists and not has_warehouse(warehouse):  # nothing to drop, nothing to create
+        dropped = False
+    else:
+        dropped = _catalog(warehouse).drop_volume(name, if_exists=if_exists, cascade=cascade)
     out.print(f"dropped volume {name}" if dropped else f"no volume {name}")
 
 
@@ -150,13 +162,17 @@ def stream_read(name: str, limit: Annotated[int | None, typer.Option(help="At mo
     records = _catalog(warehouse).read_stream_arrow(name)
     if limit is not None:
         records = records.slice(0, limit)
-    print_rows(records.to_pylist(), as_json, f"{name}: {records.num_rows} change records")
+    print_rows(records.to_pylist(), as_json,
+               f"{name}: {counted(records.num_rows, 'change records')}")
 
 
 @stream_app.command("drop")
 def stream_drop(name: str, if_exists: bool = False, warehouse: Warehouse = None) -> None:
     """Drop a stream (its offset is forgotten)."""
-    dropped = _catalog(warehouse).drop_stream(name, if_exists=if_exists)
+    if if_exists and not has_warehouse(warehouse):  # nothing to drop, nothing to create
+        dropped = False
+    else:
+        dropped = _catalog(warehouse).drop_stream(name, if_exists=if_exists)
     out.print(f"dropped stream {name}" if dropped else f"no stream {name}")
 
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 __all__ = ["SqlResult", "counted"]
 
 _SINGULAR = {"volumes": "volume", "streams": "stream", "connections": "connection",
-             "properties": "property", "files": "file", "rows": "row", "records": "record"}
+             "properties": "property", "files": "file", "rows": "row", "records": "record",
+             "change records": "change record"}
 
 
 def counted(n: int, noun: str) -> str:

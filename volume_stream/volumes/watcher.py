@@ -176,6 +176,7 @@ class VolumeWatcher:
         received afterwards (and changes nothing if the listing had it)."""
         self.refresh()
         self.metrics.refreshes += 1
+        log.info("caught up; listening for events")
 
     def run(self, *, until_idle: bool = False, timeout: float | None = None,
             poll: float = 0.5, on_step: Callable[[StepResult], None] | None = None,
