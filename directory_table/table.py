@@ -22,12 +22,14 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
 from directory_table.planner import Plan, StoredRow, newest_per_path, plan_changes
 from directory_table.schema import TABLE_SCHEMA, TOMBSTONE_SCHEMA, TS
+from directory_table.storage import filesystem_for
 
 __all__ = ["ApplyResult", "CommitConflict", "DirectoryTable", "TableMissing"]
 
@@ -329,10 +331,7 @@ class DirectoryTable:
 
     def oldest_version(self) -> int:
         """The oldest version whose commit is still kept (older ones were removed by retention)."""
-        import pyarrow.fs as pafs
-
-        fs, base = pafs.FileSystem.from_uri(self.path) if "://" in self.path else (
-            pafs.LocalFileSystem(), self.path)
+        fs, base = filesystem_for(self.path, self.storage_options)
         infos = fs.get_file_info(pafs.FileSelector(f"{base}/_delta_log"))
         versions = [int(i.base_name.split(".")[0]) for i in infos
                     if i.base_name.endswith(".json") and i.base_name.split(".")[0].isdigit()]

@@ -64,15 +64,22 @@ class Batch:
         return self.records.num_rows == 0
 
 
-def connect(warehouse: str | os.PathLike, *, spark: SparkSession | None = None) -> Catalog:
+def connect(warehouse: str | os.PathLike, *, storage_options: dict[str, str] | None = None,
+            spark: SparkSession | None = None) -> Catalog:
     """Open (or create) the warehouse at `warehouse` and return its catalog.
+
+    `warehouse` is a local folder, `file://...`, `s3://bucket/prefix` or `hdfs://...` (an
+    `oss://` warehouse is refused: see the README). `storage_options` are delta-rs's keys
+    (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`, ...); without them credentials come
+    from the standard environment (`AWS_*`, profiles, roles). They are never written anywhere.
 
     Example:
         >>> cat = connect("./warehouse")
+        >>> cat = connect("s3://my-bucket/wh", storage_options={"AWS_REGION": "eu-west-1"})
         >>> cat.list_volumes()
         []
     """
-    return Catalog(Warehouse(warehouse), spark=spark)
+    return Catalog(Warehouse(warehouse, storage_options), spark=spark)
 
 
 class Catalog:
@@ -91,7 +98,7 @@ class Catalog:
         self.streams = StreamRegistry(self.volumes)
 
     def __repr__(self) -> str:
-        return f"Catalog({str(self.warehouse.root)!r})"
+        return f"Catalog({self.warehouse.uri!r})"
 
     @property
     def spark(self) -> SparkSession:
