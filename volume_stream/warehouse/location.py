@@ -36,7 +36,7 @@ OSS_REFUSAL = (
     "HDFS or a shared disk")
 
 _SCHEMES = {"s3": "s3", "s3a": "s3", "hdfs": "hdfs", "viewfs": "hdfs"}
-_CREDENTIAL_WORDS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403",
+_CREDENTIAL_WORDS = ("InvalidAccessKeyId", "INVALID_ACCESS_KEY_ID", "SignatureDoesNotMatch", "AccessDenied", "403",
                      "Forbidden", "ExpiredToken", "InvalidToken", "credential",
                      "ACCESS_DENIED")
 _MISSING_WORDS = ("NoSuchBucket", "bucket does not exist", "NOT_FOUND")

@@ -2,69 +2,88 @@
 
 Every commit of volume-stream (catalog compare-and-swap, offsets, directory-table applies,
 pipeline targets) relies on delta-rs writing `_delta_log/<version>.json` only if it does not
-exist yet (S3's conditional `PUT` with `If-None-Match: *`). A server that ignores the header
-would let two writers both "win" a version and silently lose one commit, so a warehouse on
-such a server is refused when it is opened: two writers race for version 1 of a scratch table
-under `<warehouse>/_probe/`, and the second must be told it lost. The probe runs once per
-process and object-store endpoint/bucket, and removes its scratch table.
+exist yet: on S3, a `PUT` with `If-None-Match: *` (deltalake >= 1.6). A server that ignores the
+header would let two writers both "win" a version and silently lose a commit, so a warehouse on
+such a server is refused when it is opened: the probe writes a scratch object under
+`<warehouse>/_probe/` with `If-None-Match: *` twice, and the second write must be refused. It
+runs once per process, bucket and endpoint, and deletes its object. (delta-rs looks for the
+next version before it writes, so a probe through delta-rs alone would not see the header
+ignored: only a real race would.)
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-
-import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from typing import Any
 
 from directory_table.storage import option
 from volume_stream.errors import WarehouseError
-from volume_stream.warehouse.location import Location
+from volume_stream.warehouse.location import Location, storage_error
 
-__all__ = ["check_conditional_writes"]
+__all__ = ["check_conditional_writes", "s3_client"]
 
 _checked: set[tuple[str, str]] = set()
 _lock = threading.Lock()
-_SCHEMA = pa.schema([("probe", pa.int64())])
 
 
-def _key(loc: Location) -> tuple[str, str]:
-    bucket = loc.uri.split("/", 3)[2]
-    endpoint = option(loc.storage_options, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") or ""
-    return (f"{loc.scheme}://{bucket}", endpoint)
+def s3_client(loc: Location) -> Any:
+    """A boto3 S3 client with the warehouse's endpoint, region and credentials (options
+    first, else boto3's standard chain: environment, profiles, roles)."""
+    import boto3  # only object-store warehouses need it
+
+    o = loc.storage_options
+    kwargs: dict[str, Any] = {}
+    endpoint = option(o, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url", "endpoint")
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    region = option(o, "AWS_REGION", "region", "AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region_name"] = region
+    key = option(o, "AWS_ACCESS_KEY_ID", "access_key_id")
+    secret = option(o, "AWS_SECRET_ACCESS_KEY", "secret_access_key")
+    if key and secret:
+        kwargs.update(aws_access_key_id=key, aws_secret_access_key=secret,
+                      aws_session_token=option(o, "AWS_SESSION_TOKEN", "session_token"))
+    return boto3.client("s3", **kwargs)
 
 
 def check_conditional_writes(loc: Location) -> None:
-    """Refuse (WarehouseError) a store that lets a second writer overwrite a committed Delta
-    version. Errors of the store itself (no bucket, bad credentials) propagate."""
-    key = _key(loc)
+    """Refuse (WarehouseError) an S3 store that overwrites an object on a `PUT` with
+    `If-None-Match: *`. A missing bucket or refused credentials raise WarehouseError /
+    ConfigError naming the warehouse. Other schemes (HDFS: atomic rename) pass."""
+    if loc.scheme != "s3":
+        return
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, prefix = loc.uri[len("s3://"):].partition("/")
+    endpoint = option(loc.storage_options, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") or ""
     with _lock:
-        if key in _checked:
+        if (bucket, endpoint) in _checked:
             return
-        scratch = f"_probe/{uuid.uuid4().hex}"
-        path = loc.join(scratch)
-        options = loc.delta_options()
+        key = "/".join(p for p in (prefix, "_probe", uuid.uuid4().hex) if p)
         try:
-            DeltaTable.create(path, schema=_SCHEMA, storage_options=options)
-            first = DeltaTable(path, storage_options=options)
-            second = DeltaTable(path, storage_options=options)
-            no_retry = CommitProperties(max_commit_retries=0)
-            write_deltalake(first, pa.table({"probe": [1]}, _SCHEMA), mode="append",
-                            commit_properties=no_retry)
+            client = s3_client(loc)
+            client.put_object(Bucket=bucket, Key=key, Body=b"1", IfNoneMatch="*")
             try:
-                write_deltalake(second, pa.table({"probe": [2]}, _SCHEMA), mode="append",
-                                commit_properties=no_retry)
-            except CommitFailedError:
-                _checked.add(key)
-                return
-            raise WarehouseError(
-                f"warehouse {loc.uri}: the object store does not honour conditional writes "
-                f"(a PUT with If-None-Match: * overwrote an existing object), so concurrent "
-                f"commits could be lost; refusing to use it. Use Amazon S3, or an "
-                f"S3-compatible store that supports If-None-Match, HDFS, or a shared disk. "
-                f"Nothing was created.")
-        finally:
-            loc.delete_tree(scratch)
-            if not loc.children("_probe"):
-                loc.delete_tree("_probe")
+                try:
+                    client.put_object(Bucket=bucket, Key=key, Body=b"2", IfNoneMatch="*")
+                except ClientError as exc:
+                    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                    if status in (409, 412):
+                        _checked.add((bucket, endpoint))
+                        return
+                    raise
+                raise WarehouseError(
+                    f"warehouse {loc.uri}: the object store does not honour conditional writes "
+                    f"(a PUT with If-None-Match: * overwrote an existing object), so concurrent "
+                    f"commits could be lost; refusing to use it. Use Amazon S3 (or an "
+                    f"S3-compatible store that supports If-None-Match), HDFS or a shared disk. "
+                    f"Nothing was created.")
+            finally:
+                try:
+                    client.delete_object(Bucket=bucket, Key=key)
+                except (BotoCoreError, ClientError):
+                    pass
+        except (BotoCoreError, ClientError) as exc:
+            raise storage_error(loc.uri, exc, "open it") from exc

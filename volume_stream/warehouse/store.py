@@ -125,7 +125,7 @@ class Warehouse:
                     f"warehouse {self.uri} is damaged: its catalog table {self.catalog_path} "
                     f"is missing or not a Delta table")
             return
-        present = [n for n in loc.children() if n != "_probe"]
+        present = [n for n in loc.children() if n != "_probe"]  # another process probing
         if present:
             raise WarehouseError(
                 f"{self.uri} is not a volume-stream warehouse (no {MARKER}; it contains: "
