@@ -5,7 +5,6 @@ refusal cases (no bucket, bad credentials, no conditional writes, oss://) fail c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -16,13 +15,7 @@ import pytest
 import volume_stream as vs
 from connectors.events import FileEvent
 from tests.fakes.strip_proxy import StripProxy
-from tests.s3_warehouse_fixtures import (  # noqa: F401
-    child_env,
-    moto_process,
-    s3_bucket,
-    s3_client,
-    s3_env,
-)
+from tests.s3_warehouse_fixtures import child_env, s3_client
 from volume_stream.errors import ConfigError, WarehouseError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,9 +62,8 @@ def test_s3_warehouse_end_to_end(s3_env, s3_bucket, cwd, tmp_path, spark):
                for k in stored)
     assert not any(k.startswith("wh/_probe/") for k in stored)  # the probe cleans up
     # a second process sees the same state
-    code = ("import json, volume_stream as vs; c = vs.connect(%r); "
-            "print(json.dumps([c.describe_stream('s')['offset'], c.list_volumes()[0]['files']]))"
-            % uri)
+    code = (f"import json, volume_stream as vs; c = vs.connect({uri!r}); "
+            "print(json.dumps([c.describe_stream('s')['offset'], c.list_volumes()[0]['files']]))")
     out = subprocess.run([sys.executable, "-c", code], env=child_env(s3_env), cwd=cwd,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
