@@ -20,14 +20,17 @@ __all__ = ["AsJson", "Warehouse", "catalog", "err", "out", "print_rows"]
 out = Console(width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True)
 
-Warehouse = Annotated[Path | None, typer.Option(
-    "--warehouse", "-w", help="Warehouse folder (default: ./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
+Warehouse = Annotated[str | None, typer.Option(
+    "--warehouse", "-w", help="Warehouse folder or URI, e.g. s3://bucket/wh (default: "
+                              "./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
-def catalog(warehouse: Path | None) -> Catalog:
-    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse)."""
-    return connect(warehouse or Settings().warehouse)
+def catalog(warehouse: str | Path | None) -> Catalog:
+    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse),
+    with $VOLUME_STREAM_STORAGE_OPTIONS (JSON) as its storage options."""
+    settings = Settings()
+    return connect(warehouse or settings.warehouse, storage_options=settings.storage_options)
 
 
 def _jsonable(value: Any) -> Any:

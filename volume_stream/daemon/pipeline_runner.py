@@ -12,6 +12,7 @@ the next run sees the same range again.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -45,10 +46,13 @@ class PipelineRunner(LoopThread):
         ['true']
     """
 
-    def __init__(self, name: str, config: PipelineConfig, warehouse: Path,
+    def __init__(self, name: str, config: PipelineConfig, warehouse: Path | str,
                  metrics: DaemonMetrics, stop: threading.Event, *,
-                 spark_master: str | None = None) -> None:
+                 spark_master: str | None = None,
+                 storage_options: dict[str, str] | None = None) -> None:
         self.name = name
+        #: the warehouse's storage options (no secrets: the config refuses them)
+        self.storage_options = dict(storage_options or {})
         self.spark_master = spark_master
         self.config = config
         self.warehouse = warehouse
@@ -71,6 +75,8 @@ class PipelineRunner(LoopThread):
         """The child's environment: this one plus the daemon's warehouse and, when the daemon
         configuration sets `spark_master`, the master its Spark session is built with."""
         env = {**os.environ, "VOLUME_STREAM_WAREHOUSE": str(self.warehouse)}
+        if self.storage_options:
+            env["VOLUME_STREAM_STORAGE_OPTIONS"] = json.dumps(self.storage_options)
         if self.spark_master:
             env["VOLUME_STREAM_SPARK_MASTER"] = self.spark_master
         return env
