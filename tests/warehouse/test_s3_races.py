@@ -73,7 +73,7 @@ def test_two_processes_racing_lose_nothing_and_duplicate_nothing(s3_env, s3_buck
 def test_a_writer_killed_during_commits_leaves_a_consistent_warehouse(s3_env, s3_bucket,
                                                                      tmp_path):
     uri = f"s3://{s3_bucket}/wh"
-    cat = setup(uri, tmp_path)
+    setup(uri, tmp_path)
     steady = racer(uri, "steady", 10, s3_env)
     steps: list[dict] = []
     for round_ in range(3):
