@@ -11,15 +11,25 @@ summary goes to `.bench/results.json`.
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
+    warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
+                 a 1k-file pipeline on local-cluster[2,1,1024] vs local[2]
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
 """
 
-from benchmarks import apply, bench_latency, bench_pipeline, bench_sqs, discovery, stream_read
+from benchmarks import (
+    apply,
+    bench_latency,
+    bench_pipeline,
+    bench_sqs,
+    discovery,
+    stream_read,
+    warehouse,
+)
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, stream_read, discovery, bench_latency, bench_sqs,
-                                       bench_pipeline)}
+                                       bench_pipeline, warehouse)}
 
 __all__ = ["BENCHMARKS"]
