@@ -38,6 +38,7 @@ def spark_submit(script: Path, args: list[str], endpoint: str, cwd: Path,
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(900)
 @pytest.mark.slow
 def test_pipeline_and_stream_reads_on_local_cluster_with_an_s3_warehouse(s3_env, s3_bucket,
                                                                          tmp_path):
