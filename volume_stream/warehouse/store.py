@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,6 +86,9 @@ class Warehouse:
         self.root: Path | str = Path(self.uri) if self.location.is_local else self.uri
         self.storage_options = self.location.delta_options()
         self.catalog_path = self.location.join("_catalog")
+        self._lock = threading.RLock()
+        self._dt: DeltaTable | None = None
+        self._state: tuple[int, dict[tuple[str, str], str]] | None = None
         with self._storage("open"):
             self._open_or_init()
 
@@ -165,19 +171,31 @@ class Warehouse:
 
     # ------------------------------------------------------------------ catalog
     def _table(self) -> DeltaTable:
+        """The catalog table brought up to date. Kept open: on an object store, opening it
+        afresh would read every commit since the last checkpoint; catching up reads only the
+        new ones (one LIST when nothing changed)."""
         try:
-            return DeltaTable(self.catalog_path, storage_options=self.storage_options)
+            if self._dt is None:
+                self._dt = DeltaTable(self.catalog_path, storage_options=self.storage_options)
+            else:
+                self._dt.update_incremental()
+            return self._dt
         except TableNotFoundError as exc:
+            self._dt = None
             raise WarehouseError(f"catalog table {self.catalog_path} is missing") from exc
 
-    @staticmethod
-    def _decode(dt: DeltaTable) -> CatalogState:
-        rows = dt.to_pyarrow_dataset().to_table().to_pylist()
-        return {(r["kind"], r["name"]): json.loads(r["spec"]) for r in rows}
+    def _decode(self, dt: DeltaTable) -> CatalogState:
+        """The state at `dt`'s version (decoded once per version), as a fresh copy."""
+        version = dt.version()
+        if self._state is None or self._state[0] != version:
+            rows = dt.to_pyarrow_dataset().to_table().to_pylist()
+            self._state = (version, {(r["kind"], r["name"]): r["spec"] for r in rows})
+        return {key: json.loads(spec) for key, spec in self._state[1].items()}
 
     def read(self) -> CatalogState:
         """The catalog as of now."""
-        return self._decode(self._table())
+        with self._lock:
+            return self._decode(self._table())
 
     def mutate(self, change: Callable[[CatalogState], Any]) -> Any:
         """Apply `change` to the catalog atomically and return its result.
@@ -185,6 +203,10 @@ class Warehouse:
         `change` gets a fresh copy of the state, edits it in place and may raise to abort. It
         can run more than once (after losing a race), so it must only look at its argument.
         """
+        with self._lock:
+            return self._mutate(change)
+
+    def _mutate(self, change: Callable[[CatalogState], Any]) -> Any:
         for _attempt in range(_MAX_ATTEMPTS):
             dt = self._table()
             state = self._decode(dt)
@@ -195,6 +217,8 @@ class Warehouse:
                 write_deltalake(dt, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="overwrite",
                                 commit_properties=CommitProperties(max_commit_retries=0))
             except CommitFailedError:
+                self._dt = None  # another process committed first: re-read and re-check
+                time.sleep(random.uniform(0, 0.02 * (_attempt + 1)))
                 continue
             return result
         raise VolumeStreamError(f"catalog {self.catalog_path}: too much contention, gave up")
