@@ -3,7 +3,8 @@
 * `strip=("If-None-Match",)`: drops conditional-write headers, so the server overwrites
   objects it should refuse to (a store without conditional writes);
 * `allowed_key="AKIA..."`: answers 403 `InvalidAccessKeyId` to requests signed with any other
-  access key id (moto does not check credentials).
+  access key id (moto does not check credentials); `allowed_key_prefix="ASIA"` accepts only
+  temporary (STS) keys. STS AssumeRole calls themselves are let through.
 
     proxy = StripProxy(moto_endpoint, strip=("If-None-Match",)).start()
     ...   # talk to proxy.endpoint
@@ -28,9 +29,11 @@ class _Handler(FakeRequestHandler):
     def _forward(self) -> None:
         proxy: StripProxy = self.server.state
         body = self.read_body()
-        if proxy.allowed_key is not None:
+        if (proxy.allowed_key or proxy.allowed_key_prefix) and b"Action=AssumeRole" not in body:
             found = _KEY.search(self.headers.get("Authorization", ""))
-            if not found or found.group(1) != proxy.allowed_key:
+            key = found.group(1) if found else ""
+            if (proxy.allowed_key and key != proxy.allowed_key) or \
+                    (proxy.allowed_key_prefix and not key.startswith(proxy.allowed_key_prefix)):
                 xml = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InvalidAccessKeyId"
                        b"</Code><Message>The AWS Access Key Id you provided does not exist in "
                        b"our records.</Message></Error>")
@@ -58,10 +61,13 @@ class StripProxy:
     """A proxy to `upstream` (see the module docstring)."""
 
     def __init__(self, upstream: str, *, strip: tuple[str, ...] = (),
-                 allowed_key: str | None = None) -> None:
+                 allowed_key: str | None = None, allowed_key_prefix: str | None = None,
+                 ) -> None:
         self.upstream = urlparse(upstream)
         self.strip = {h.lower() for h in strip}
         self.allowed_key = allowed_key
+        self.allowed_key_prefix = allowed_key_prefix
+        self.keys_seen: list[str] = []
         self.server = FakeHTTPServer("fake-s3-proxy", _Handler, self)
 
     @property
