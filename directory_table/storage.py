@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from pyarrow import fs as pafs
 
-__all__ = ["filesystem_for", "option"]
+__all__ = ["filesystem_for", "list_names", "option", "s3_client", "split_s3"]
 
 
 def option(options: dict[str, str] | None, *names: str) -> str | None:
@@ -62,3 +62,49 @@ def filesystem_for(uri: str, options: dict[str, str] | None = None,
     if scheme in ("s3", "s3a"):
         return _s3(options), f"{parsed.netloc}{parsed.path}".rstrip("/")
     return pafs.FileSystem.from_uri(uri)
+
+
+def s3_client(options: dict[str, str] | None = None) -> Any:
+    """A boto3 S3 client with `options`' endpoint, region and credentials (else boto3's chain:
+    environment, profiles, roles). Driver-side listing and small objects go through boto3 rather
+    than pyarrow's S3 (the AWS C++ SDK can abort a process at exit: apache/arrow#34314)."""
+    import boto3  # only object-store warehouses need it
+
+    kwargs: dict[str, Any] = {}
+    endpoint = option(options, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url",
+                      "endpoint")
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    region = option(options, "AWS_REGION", "region", "AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region_name"] = region
+    key = option(options, "AWS_ACCESS_KEY_ID", "access_key_id")
+    secret = option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key")
+    if key and secret:
+        kwargs.update(aws_access_key_id=key, aws_secret_access_key=secret,
+                      aws_session_token=option(options, "AWS_SESSION_TOKEN", "session_token"))
+    return boto3.client("s3", **kwargs)
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """('bucket', 'key/prefix') of an `s3://` (or `s3a://`) URI."""
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def list_names(uri: str, options: dict[str, str] | None = None) -> list[str]:
+    """The names directly under folder `uri` (empty if there is none)."""
+    if urlparse(uri).scheme.lower() in ("s3", "s3a"):
+        bucket, prefix = split_s3(uri)
+        prefix = f"{prefix.rstrip('/')}/" if prefix else ""
+        names: set[str] = set()
+        pages = s3_client(options).get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/")
+        for page in pages:
+            names.update(o["Key"][len(prefix):] for o in page.get("Contents", []))
+            names.update(p["Prefix"][len(prefix):].rstrip("/")
+                         for p in page.get("CommonPrefixes", []))
+        return sorted(n for n in names if n)
+    fs, path = filesystem_for(uri, options)
+    return sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(
+        path, allow_not_found=True)))

@@ -22,14 +22,13 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
 from directory_table.planner import Plan, StoredRow, newest_per_path, plan_changes
 from directory_table.schema import TABLE_SCHEMA, TOMBSTONE_SCHEMA, TS
-from directory_table.storage import filesystem_for
+from directory_table.storage import list_names
 
 __all__ = ["ApplyResult", "CommitConflict", "DirectoryTable", "TableMissing"]
 
@@ -331,10 +330,9 @@ class DirectoryTable:
 
     def oldest_version(self) -> int:
         """The oldest version whose commit is still kept (older ones were removed by retention)."""
-        fs, base = filesystem_for(self.path, self.storage_options)
-        infos = fs.get_file_info(pafs.FileSelector(f"{base}/_delta_log"))
-        versions = [int(i.base_name.split(".")[0]) for i in infos
-                    if i.base_name.endswith(".json") and i.base_name.split(".")[0].isdigit()]
+        names = list_names(f"{self.path}/_delta_log", self.storage_options)
+        versions = [int(n.split(".")[0]) for n in names
+                    if n.endswith(".json") and n.split(".")[0].isdigit()]
         return min(versions) if versions else 0
 
     # ---------------------------------------------------------------- retention

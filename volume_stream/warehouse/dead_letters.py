@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from directory_table.storage import filesystem_for
+from directory_table.storage import filesystem_for, s3_client, split_s3
 
 __all__ = ["DeadLetters"]
 
@@ -50,6 +50,16 @@ class DeadLetters:
             return str(self.file)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         uri = f"{self.location}{stamp}-{uuid.uuid4().hex[:8]}.jsonl"
+        if uri.startswith(("s3://", "s3a://")):
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            bucket, key = split_s3(uri)
+            try:
+                s3_client(self.storage_options).put_object(Bucket=bucket, Key=key,
+                                                           Body=lines.encode("utf-8"))
+            except (BotoCoreError, ClientError) as exc:
+                raise OSError(f"{uri}: {exc}") from exc
+            return uri
         fs, path = filesystem_for(uri, self.storage_options)
         with fs.open_output_stream(path) as out:
             out.write(lines.encode("utf-8"))

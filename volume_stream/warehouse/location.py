@@ -15,6 +15,8 @@ warehouse on an object store never touches local disk.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -22,7 +24,7 @@ from urllib.parse import unquote, urlparse
 from pyarrow import fs as pafs
 
 from connectors.secrets import is_secret
-from directory_table.storage import filesystem_for
+from directory_table.storage import filesystem_for, list_names, s3_client, split_s3
 from volume_stream.errors import ConfigError, WarehouseError
 
 __all__ = ["OSS_REFUSAL", "Location", "storage_error"]
@@ -125,17 +127,48 @@ class Location:
         fs, base = self.filesystem()
         return fs, f"{base.rstrip('/')}/{relative}" if relative else base
 
+    # On S3 the plain files go through boto3, not pyarrow's S3 (its AWS C++ SDK can abort a
+    # process at exit: apache/arrow#34314); boto3's errors become OSError here.
+    @contextmanager
+    def _s3(self, relative: str) -> Iterator[tuple[Any, str, str]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, prefix = split_s3(self.uri)
+        key = "/".join(p for p in (prefix, relative) if p)
+        try:
+            yield s3_client(self.storage_options), bucket, key
+        except (BotoCoreError, ClientError) as exc:
+            raise OSError(f"{self.uri}/{relative}: {exc}") from exc
+
     def exists(self, relative: str = "") -> bool:
+        if self.scheme == "s3":
+            from botocore.exceptions import ClientError
+
+            with self._s3(relative) as (s3, bucket, key):
+                try:
+                    s3.head_object(Bucket=bucket, Key=key)
+                    return True
+                except ClientError as exc:
+                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                        return False
+                    raise
         fs, path = self._path(relative)
         return fs.get_file_info(path).type != pafs.FileType.NotFound
 
     def read_text(self, relative: str) -> str:
+        if self.scheme == "s3":
+            with self._s3(relative) as (s3, bucket, key):
+                return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
         fs, path = self._path(relative)
         with fs.open_input_stream(path) as f:
             return f.read().decode("utf-8")
 
     def write_text(self, relative: str, text: str) -> None:
         """Write a whole object (a local file appears atomically: written, then renamed)."""
+        if self.scheme == "s3":
+            with self._s3(relative) as (s3, bucket, key):
+                s3.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"))
+            return
         fs, path = self._path(relative)
         if self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -149,12 +182,25 @@ class Location:
 
     def children(self, relative: str = "") -> list[str]:
         """The names directly under `relative` (empty if there is nothing)."""
+        if self.scheme == "s3":
+            with self._s3(relative):
+                return list_names(self.join(relative) if relative else self.uri,
+                                  self.storage_options)
         fs, path = self._path(relative)
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         return sorted(i.base_name for i in infos)
 
     def delete_tree(self, relative: str) -> None:
         """Remove everything under `relative` (best effort: missing is fine)."""
+        if self.scheme == "s3":
+            with self._s3(relative) as (s3, bucket, key):
+                pages = s3.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=f"{key.rstrip('/')}/")
+                for page in pages:
+                    objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if objects:
+                        s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})
+            return
         fs, path = self._path(relative)
         try:
             if fs.get_file_info(path).type == pafs.FileType.NotFound:

@@ -15,37 +15,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any
 
-from directory_table.storage import option
+from directory_table.storage import option, s3_client
 from volume_stream.errors import WarehouseError
 from volume_stream.warehouse.location import Location, storage_error
 
-__all__ = ["check_conditional_writes", "s3_client"]
+__all__ = ["check_conditional_writes"]
 
 _checked: set[tuple[str, str]] = set()
 _lock = threading.Lock()
-
-
-def s3_client(loc: Location) -> Any:
-    """A boto3 S3 client with the warehouse's endpoint, region and credentials (options
-    first, else boto3's standard chain: environment, profiles, roles)."""
-    import boto3  # only object-store warehouses need it
-
-    o = loc.storage_options
-    kwargs: dict[str, Any] = {}
-    endpoint = option(o, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url", "endpoint")
-    if endpoint:
-        kwargs["endpoint_url"] = endpoint
-    region = option(o, "AWS_REGION", "region", "AWS_DEFAULT_REGION")
-    if region:
-        kwargs["region_name"] = region
-    key = option(o, "AWS_ACCESS_KEY_ID", "access_key_id")
-    secret = option(o, "AWS_SECRET_ACCESS_KEY", "secret_access_key")
-    if key and secret:
-        kwargs.update(aws_access_key_id=key, aws_secret_access_key=secret,
-                      aws_session_token=option(o, "AWS_SESSION_TOKEN", "session_token"))
-    return boto3.client("s3", **kwargs)
 
 
 def check_conditional_writes(loc: Location) -> None:
@@ -63,7 +41,7 @@ def check_conditional_writes(loc: Location) -> None:
             return
         key = "/".join(p for p in (prefix, "_probe", uuid.uuid4().hex) if p)
         try:
-            client = s3_client(loc)
+            client = s3_client(loc.storage_options)
             client.put_object(Bucket=bucket, Key=key, Body=b"1", IfNoneMatch="*")
             try:
                 try:
