@@ -15,6 +15,8 @@ summary goes to `.bench/results.json`.
     shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
+    warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
+                 a 1k-file pipeline on local-cluster[2,1,1024] vs local[2]
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -31,10 +33,11 @@ from benchmarks import (
     shards,
     stream_read,
     tables,
+    warehouse,
 )
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
-                                       bench_sqs, bench_pipeline, tables, cli)}
+                                       bench_sqs, bench_pipeline, tables, cli, warehouse)}
 
 __all__ = ["BENCHMARKS"]

@@ -48,6 +48,7 @@ from directory_table.schema import (
     TOMBSTONE_SCHEMA,
     TS,
 )
+from directory_table.storage import list_names
 
 if TYPE_CHECKING:
     from directory_table.maintenance import OptimizeResult
@@ -424,13 +425,9 @@ class DirectoryTable:
 
     def oldest_version(self) -> int:
         """The oldest version whose commit is still kept (older ones were removed by retention)."""
-        import pyarrow.fs as pafs
-
-        fs, base = pafs.FileSystem.from_uri(self.path) if "://" in self.path else (
-            pafs.LocalFileSystem(), self.path)
-        infos = fs.get_file_info(pafs.FileSelector(f"{base}/_delta_log"))
-        versions = [int(i.base_name.split(".")[0]) for i in infos
-                    if i.base_name.endswith(".json") and i.base_name.split(".")[0].isdigit()]
+        names = list_names(f"{self.path}/_delta_log", self.storage_options)
+        versions = [int(n.split(".")[0]) for n in names
+                    if n.endswith(".json") and n.split(".")[0].isdigit()]
         return min(versions) if versions else 0
 
     # ---------------------------------------------------------------- maintenance

@@ -79,10 +79,15 @@ class Batch:
         return self.records.num_rows == 0
 
 
-def connect(warehouse: str | os.PathLike, *, spark: SparkSession | None = None,
-            create: bool = True, remote: str | None = None) -> Catalog:
+def connect(warehouse: str | os.PathLike, *, storage_options: dict[str, str] | None = None,
+            spark: SparkSession | None = None, create: bool = True,
+            remote: str | None = None) -> Catalog:
     """Open (or create) the warehouse at `warehouse` and return its catalog.
 
+    `warehouse` is a local folder, `file://...`, `s3://bucket/prefix` or `hdfs://...` (an
+    `oss://` warehouse is refused: see the README). `storage_options` are delta-rs's keys
+    (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`, ...); without them credentials come
+    from the standard environment (`AWS_*`, profiles, roles). They are never written anywhere.
     With `create=False` a missing warehouse is a `WarehouseError` and nothing is created.
     Spark starts only when something needs it (a query, a pipeline batch with files): `spark`
     is a session to use instead (or a function returning one, called on first need), `remote`
@@ -91,10 +96,12 @@ def connect(warehouse: str | os.PathLike, *, spark: SparkSession | None = None,
 
     Example:
         >>> cat = connect("./warehouse")
+        >>> cat = connect("s3://my-bucket/wh", storage_options={"AWS_REGION": "eu-west-1"})
         >>> cat.list_volumes()
         []
     """
-    return Catalog(Warehouse(warehouse, create=create), spark=spark, remote=remote)
+    return Catalog(Warehouse(warehouse, storage_options, create=create), spark=spark,
+                   remote=remote)
 
 
 class Catalog:
@@ -117,7 +124,7 @@ class Catalog:
         self.streams = StreamRegistry(self.volumes)
 
     def __repr__(self) -> str:
-        return f"Catalog({str(self.warehouse.root)!r})"
+        return f"Catalog({self.warehouse.uri!r})"
 
     @property
     def spark_started(self) -> bool:

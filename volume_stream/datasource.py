@@ -16,8 +16,11 @@ APPEND_ONLY, every insert. Versions are immutable, so a batch replayed after a f
 exactly the same records: with Spark's file sink (or any idempotent sink) the output is
 exactly-once. The source keeps no state of its own; Spark's checkpoint is the offset.
 
-Options: `warehouse` and `volume` (or `table`: a warehouse table's Table Stream records, with
-change tracking on; it starts at the latest version unless told otherwise); `mode` (STANDARD | APPEND_ONLY, default
+Options: `warehouse` (a folder or a URI: `s3://bucket/prefix`, `hdfs://...`) and `volume` (or
+`table`: a warehouse table's Table Stream records, with change tracking on; it starts at the
+latest version unless told otherwise); `storage_options` (a JSON object of delta-rs's keys,
+e.g. `AWS_ENDPOINT_URL`; credentials come from the environment, and secret keys given here stay
+on the driver); `mode` (STANDARD | APPEND_ONLY, default
 STANDARD); `startingVersion` ("latest", or n to include version n and later; default 0: every
 change since the volume was created); `startingTimestamp` (changes after the last version
 committed at or before it); `maxFilesPerTrigger` (files per micro-batch, at version
@@ -27,6 +30,7 @@ batch reads. Triggers `availableNow`, `processingTime` and `once` work.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +51,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from connectors.secrets import is_secret
 from directory_table import DirectoryTable
 from volume_stream._datasource_table import TableRange, TableSource, table_records
 from volume_stream.errors import InvalidInputError, WarehouseError
@@ -58,7 +63,7 @@ __all__ = ["SCHEMA", "SourceOptions", "VolumeStreamDataSource", "register"]
 #: the change-record schema, as Spark DDL
 SCHEMA = RECORD_DDL
 _KNOWN = ("warehouse", "volume", "table", "mode", "startingversion", "startingtimestamp",
-          "maxfilespertrigger", "endingversion", "path")
+          "maxfilespertrigger", "endingversion", "path", "storage_options")
 
 
 def register(spark) -> None:
@@ -98,6 +103,7 @@ class SourceOptions:
     max_files_per_trigger: int | None = None
     ending_version: int | None = None
     table: str | None = None
+    storage_options: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -112,7 +118,7 @@ class SourceOptions:
         if unknown:
             raise InvalidInputError(f"unknown volume_stream options {unknown}; known: warehouse, "
                                     f"volume, mode, startingVersion, startingTimestamp, "
-                                    f"maxFilesPerTrigger, endingVersion")
+                                    f"maxFilesPerTrigger, endingVersion, table, storage_options")
         for key in ("warehouse", "table" if opts.get("table") else "volume"):
             if not opts.get(key):
                 raise InvalidInputError(f"volume_stream needs .option({key!r}, ...)")
@@ -144,21 +150,39 @@ class SourceOptions:
         return cls(str(opts["warehouse"]), str(opts.get("volume") or ""), mode, starting, when,
                    _int_option(opts, "maxfilespertrigger", "maxFilesPerTrigger", 1),
                    _int_option(opts, "endingversion", "endingVersion", 0),
-                   str(opts["table"]) if opts.get("table") else None)
+                   str(opts["table"]) if opts.get("table") else None,
+                   _storage_options(opts.get("storage_options")))
+
+
+def _storage_options(text: Any) -> tuple[tuple[str, str], ...]:
+    if text is None or text == "":
+        return ()
+    try:
+        data = json.loads(text) if isinstance(text, str) else dict(text)
+    except (ValueError, TypeError):
+        raise InvalidInputError("volume_stream option storage_options must be a JSON object "
+                                "of strings, e.g. '{\"AWS_REGION\": \"eu-west-1\"}'") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError("volume_stream option storage_options must be a JSON object")
+    return tuple(sorted((str(k), str(v)) for k, v in data.items()))
 
 
 class VersionRange(InputPartition):
-    """The versions (start, end] of one volume's directory table, read on an executor."""
+    """The versions (start, end] of one volume's directory table, read on an executor.
+    `options` are the warehouse's storage options without secrets: executors take
+    credentials from their own environment or role."""
 
-    def __init__(self, table_root: str, base_url: str, start: int, end: int, mode: str):
+    def __init__(self, table_root: str, base_url: str, start: int, end: int, mode: str,
+                 options: dict[str, str] | None = None):
         super().__init__((start, end))
         self.table_root, self.base_url = table_root, base_url
         self.start, self.end, self.mode = start, end, mode
+        self.options = {k: v for k, v in (options or {}).items() if not is_secret(k)}
 
 
 def _records(part: VersionRange) -> pa.Table:
-    return records(DirectoryTable(part.table_root, part.base_url), part.mode, part.start,
-                   part.end)
+    table = DirectoryTable(part.table_root, part.base_url, getattr(part, "options", None))
+    return records(table, part.mode, part.start, part.end)
 
 
 def _read(part: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -183,7 +207,8 @@ class _Volume:
 
     def __init__(self, opts: SourceOptions):
         try:
-            self.reader = VersionReader.open(opts.warehouse, opts.volume)
+            self.reader = VersionReader.open(opts.warehouse, opts.volume,
+                                             dict(opts.storage_options))
         except WarehouseError as exc:
             raise WarehouseError(f"volume_stream option warehouse: {exc}") from exc
         self.spec, self.table = self.reader.spec, self.reader.table
@@ -227,7 +252,8 @@ class _Volume:
         return start
 
     def partition(self, start: int, end: int, mode: str) -> VersionRange:
-        return VersionRange(str(self.table.root), self.spec.location, start, end, mode)
+        return VersionRange(str(self.table.root), self.spec.location, start, end, mode,
+                            self.table.storage_options)
 
     def admit(self, start: int, latest: int, limit: ReadLimit) -> int:
         """The last version to read so a batch stays within `limit` (at least one version)."""

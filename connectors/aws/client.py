@@ -26,6 +26,7 @@ import botocore.exceptions as bce
 import botocore.loaders
 import botocore.session
 from botocore.config import Config
+from botocore.credentials import RefreshableCredentials
 
 from connectors.errors import (
     ConnectorError,
@@ -80,6 +81,10 @@ class ClientOptions:
         retry_mode: botocore retry mode, "standard" or "adaptive".
         max_attempts: botocore attempts per request, retries included.
         s3_addressing_style: "path", "virtual" or "auto" (S3 only).
+        role_arn: A role to assume (STS AssumeRole) with the credentials found as above;
+            the temporary credentials refresh themselves before they expire.
+        role_session_name: The assumed role's session name (default "volume-stream").
+        external_id: The ExternalId the role's trust policy asks for, if any.
     """
 
     endpoint_url: str | None = None
@@ -94,6 +99,10 @@ class ClientOptions:
     retry_mode: str = "standard"
     max_attempts: int = 5
     s3_addressing_style: str | None = None
+    role_arn: str | None = None
+    role_session_name: str = "volume-stream"
+    external_id: str | None = field(default=None, repr=False)
+    role_duration_s: int = 3600
 
     @classmethod
     def of(cls, **options: Any) -> ClientOptions:
@@ -125,8 +134,33 @@ class ClientOptions:
         core = botocore.session.get_session()
         # the service models (JSON) are loaded once per process, not once per client
         core.register_component("data_loader", _LOADER)
-        return boto3.session.Session(botocore_session=core, profile_name=self.profile_name,
-                                     region_name=self.region_name)
+        session = boto3.session.Session(botocore_session=core, profile_name=self.profile_name,
+                                        region_name=self.region_name)
+        if self.role_arn:
+            core._credentials = self._assumed(session)  # botocore's documented hook
+        return session
+
+    def _assumed(self, base: boto3.session.Session) -> RefreshableCredentials:
+        """Credentials of `role_arn`, assumed with `base`'s (or the explicit) credentials and
+        refreshed by botocore before they expire (RefreshableCredentials)."""
+        sts = base.client("sts", endpoint_url=self.endpoint_url,
+                          aws_access_key_id=self.aws_access_key_id,
+                          aws_secret_access_key=self.aws_secret_access_key,
+                          aws_session_token=self.aws_session_token)
+
+        def fetch() -> dict[str, str]:
+            kwargs: dict[str, Any] = {"RoleArn": self.role_arn,
+                                      "RoleSessionName": self.role_session_name,
+                                      "DurationSeconds": self.role_duration_s}
+            if self.external_id:
+                kwargs["ExternalId"] = self.external_id
+            with translate_errors("sts", f"assume role {self.role_arn}", self):
+                creds = sts.assume_role(**kwargs)["Credentials"]
+            return {"access_key": creds["AccessKeyId"], "secret_key": creds["SecretAccessKey"],
+                    "token": creds["SessionToken"], "expiry_time": creds["Expiration"].isoformat()}
+
+        return RefreshableCredentials.create_from_metadata(
+            metadata=fetch(), refresh_using=fetch, method="sts-assume-role")
 
     def client(self, service: str, *, session: boto3.session.Session | None = None) -> Any:
         """Make a thread-safe boto3 client for `service` ("s3", "sqs").
@@ -143,14 +177,12 @@ class ClientOptions:
         )
         with translate_errors(service, "create client", self):
             session = session or self.session()
-            return session.client(
-                service,
-                endpoint_url=self.endpoint_url,
-                aws_access_key_id=self.aws_access_key_id,
-                aws_secret_access_key=self.aws_secret_access_key,
-                aws_session_token=self.aws_session_token,
-                config=config,
-            )
+            explicit = {} if self.role_arn else {  # an assumed role's come from the session
+                "aws_access_key_id": self.aws_access_key_id,
+                "aws_secret_access_key": self.aws_secret_access_key,
+                "aws_session_token": self.aws_session_token}
+            return session.client(service, endpoint_url=self.endpoint_url, config=config,
+                                  **explicit)
 
     def credential_sources(self) -> str:
         """Say, without any secret, where credentials were looked for."""

@@ -223,7 +223,9 @@ def test_sqs_volume_maps_to_sqs_notification(cat, monkeypatch):
     assert plan.notification.args == ("https://sqs.eu-west-1.amazonaws.com/123456789012/"
                                       "log-events",)
     assert plan.notification.kwargs == {"region_name": "eu-west-1"}
-    assert plan.options == {"region_name": "eu-west-1"}
+    # the connection's role is assumed by the AWS connectors (STS AssumeRole)
+    assert plan.options == {"region_name": "eu-west-1",
+                            "role_arn": "arn:aws:iam::123456789012:role/reader"}
     assert plan.metadata["credentials_env"] == {"aws_access_key_id": "AWS_KEY_VAR",
                                                 "aws_secret_access_key": "AWS_SECRET_VAR"}
     # variables are read when the statement runs (an unset one is simply not passed)

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.settings import Settings
+from volume_stream.warehouse.location import Location
 from volume_stream.warehouse.store import MARKER
 
 __all__ = ["AsJson", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
@@ -29,23 +30,28 @@ __all__ = ["AsJson", "Warehouse", "catalog", "err", "has_warehouse", "out", "pri
 out = Console(width=None if sys.stdout.isatty() else 240, emoji=False)
 err = Console(stderr=True, emoji=False)
 
-Warehouse = Annotated[Path | None, typer.Option(
-    "--warehouse", "-w", help="Warehouse folder (default: ./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
+Warehouse = Annotated[str | None, typer.Option(
+    "--warehouse", "-w", help="Warehouse folder or URI, e.g. s3://bucket/wh (default: "
+                              "./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
-def catalog(warehouse: Path | None, *, create: bool = False) -> Catalog:
-    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse).
+def catalog(warehouse: str | Path | None, *, create: bool = False) -> Catalog:
+    """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse),
+    with $VOLUME_STREAM_STORAGE_OPTIONS (JSON) as its storage options.
 
     Only commands that create something pass `create=True`; the others get a WarehouseError
     saying there is no warehouse there, and nothing is created.
     """
-    return connect(warehouse or Settings().warehouse, create=create)
+    settings = Settings()
+    return connect(warehouse or settings.warehouse, storage_options=settings.storage_options,
+                   create=create)
 
 
-def has_warehouse(warehouse: Path | None) -> bool:
+def has_warehouse(warehouse: str | Path | None) -> bool:
     """Whether `--warehouse` (or its default) holds a warehouse (nothing is created)."""
-    return (Path(warehouse or Settings().warehouse) / MARKER).exists()
+    settings = Settings()
+    return Location.parse(warehouse or settings.warehouse, settings.storage_options).exists(MARKER)
 
 
 @contextmanager

@@ -34,6 +34,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -138,6 +139,8 @@ def load_spec(path: str | os.PathLike) -> PipelineSpec:
 
 
 def _resolve(base: str, value: str) -> str:
+    if len(urlparse(value).scheme) > 1:
+        return value  # a URI (s3://...) is not relative to anything
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else Path(base) / path)
 
@@ -222,9 +225,10 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
         >>> result.exit_code
         0
     """
+    settings = Settings()
     where = warehouse or (_resolve(spec.base_dir, spec.warehouse) if spec.warehouse
-                          else Settings().warehouse)
-    catalog = connect(where, spark=spark)
+                          else settings.warehouse)
+    catalog = connect(where, storage_options=settings.storage_options, spark=spark)
     if spec.create.volume is not None:
         v = spec.create.volume
         if v.name not in {x["name"] for x in catalog.list_volumes()}:

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
         spec: Annotated[Path, typer.Argument(help="Pipeline spec file (.toml or .json).")],
-        warehouse: Annotated[Path | None, typer.Option(
+        warehouse: Annotated[str | None, typer.Option(
             "--warehouse", "-w", help="Warehouse folder (default: the spec's, "
                                       "$VOLUME_STREAM_WAREHOUSE or ./warehouse)")] = None,
         refresh: Annotated[bool | None, typer.Option(

@@ -52,6 +52,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from connectors.secrets import is_secret
+from volume_stream.config.settings import warehouse_location
 from volume_stream.errors import ConfigError
 from volume_stream.streams.changes import StreamMode
 from volume_stream.volumes.backends import check_options
@@ -100,7 +101,7 @@ class DaemonTuning(_Section):
     liveness_timeout_s: float = Field(600.0, gt=0)
     poison_after: int = Field(3, ge=1, description="failed attempts before isolating a batch")
     reopen_after: int = Field(3, ge=1, description="failures before the listener is reopened")
-    dead_letter_dir: Path | None = Field(
+    dead_letter_dir: Path | str | None = Field(
         None, description="where poison events are written (default: <warehouse>/_dead_letter)")
 
 
@@ -245,7 +246,11 @@ class DaemonConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
                                       extra="forbid", frozen=True)
 
-    warehouse: Path = Path("./warehouse")
+    #: a folder or a URI (`s3://bucket/prefix`, `hdfs://...`; DESIGN §3)
+    warehouse: Path | str = Path("./warehouse")
+    #: the warehouse's delta-rs storage options (`[storage_options]`: endpoint, region, ...;
+    #: secrets are refused here, credentials come from the environment or a role)
+    storage_options: dict[str, str] = Field(default_factory=dict)
     #: the Spark master of the pipelines the daemon runs (VOLUME_STREAM_SPARK_MASTER in their
     #: environment); None: theirs, else local[*]
     spark_master: str | None = None
@@ -269,6 +274,11 @@ class DaemonConfig(BaseSettings):
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file's contents arrive as init arguments; the environment wins over them.
         return env_settings, init_settings
+
+    @field_validator("warehouse", mode="before")
+    @classmethod
+    def _uri_or_path(cls, value: Any) -> Any:
+        return warehouse_location(value)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -298,8 +308,12 @@ class DaemonConfig(BaseSettings):
         return self
 
     @property
-    def dead_letter_dir(self) -> Path:
-        return self.daemon.dead_letter_dir or self.warehouse / "_dead_letter"
+    def dead_letter_dir(self) -> Path | str:
+        if self.daemon.dead_letter_dir:
+            return self.daemon.dead_letter_dir
+        if isinstance(self.warehouse, str):  # an object-store warehouse
+            return f"{self.warehouse.rstrip('/')}/_dead_letter"
+        return self.warehouse / "_dead_letter"
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> DaemonConfig:

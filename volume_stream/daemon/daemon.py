@@ -64,7 +64,8 @@ class Daemon:
                  metrics: DaemonMetrics | None = None,
                  open_watcher: Callable[[str], VolumeWatcher] | None = None) -> None:
         self.config = config
-        self.catalog = catalog or connect(config.warehouse)
+        self.catalog = catalog or connect(config.warehouse,
+                                          storage_options=config.storage_options)
         self.metrics = metrics or DaemonMetrics()
         self._open_watcher = open_watcher or self.catalog.watcher
         self._stop = threading.Event()
@@ -165,13 +166,15 @@ class Daemon:
         for name, vcfg in cfg.volumes.items():
             if vcfg.enabled:
                 runner = VolumeRunner(name, vcfg, self._open_watcher, self.metrics, cfg.daemon,
-                                      cfg.dead_letter_dir, self._stop)
+                                      cfg.dead_letter_dir, self._stop,
+                                      storage_options=cfg.storage_options)
                 self.runners[name] = runner
                 runner.start()
         for name, pcfg in cfg.pipelines.items():
             if pcfg.enabled:
                 pipeline = PipelineRunner(name, pcfg, cfg.warehouse, self.metrics, self._stop,
-                                          spark_master=cfg.spark_master, spark=self.spark)
+                                          spark_master=cfg.spark_master, spark=self.spark,
+                                          storage_options=cfg.storage_options)
                 self.pipelines[name] = pipeline
                 pipeline.start()
         self._stats_thread = threading.Thread(target=self._stats_loop, daemon=True,

@@ -108,10 +108,13 @@ class PipelineRunner(LoopThread):
         ['true']
     """
 
-    def __init__(self, name: str, config: PipelineConfig, warehouse: Path,
+    def __init__(self, name: str, config: PipelineConfig, warehouse: Path | str,
                  metrics: DaemonMetrics, stop: threading.Event, *,
-                 spark_master: str | None = None, spark: SharedSpark | None = None) -> None:
+                 spark_master: str | None = None, spark: SharedSpark | None = None,
+                 storage_options: dict[str, str] | None = None) -> None:
         self.name = name
+        #: the warehouse's storage options (no secrets: the config refuses them)
+        self.storage_options = dict(storage_options or {})
         self.spark_master = spark_master
         self.spark = spark or SharedSpark(master=spark_master)
         self.config = config
@@ -136,6 +139,8 @@ class PipelineRunner(LoopThread):
         configuration sets `spark_master`, the master its Spark session is built with."""
         env = {**os.environ, "VOLUME_STREAM_WAREHOUSE": str(self.warehouse),
                "PYTHONUNBUFFERED": "1"}  # its lines reach the daemon's log as they are written
+        if self.storage_options:
+            env["VOLUME_STREAM_STORAGE_OPTIONS"] = json.dumps(self.storage_options)
         if self.spark_master:
             env["VOLUME_STREAM_SPARK_MASTER"] = self.spark_master
         return env

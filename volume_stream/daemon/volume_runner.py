@@ -22,7 +22,6 @@ message nor a failing disk throws events away or stops the loop for good.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -38,6 +37,7 @@ from volume_stream.config.daemon import DaemonTuning, VolumeConfig
 from volume_stream.daemon.loop import LoopThread
 from volume_stream.daemon.metrics import DaemonMetrics
 from volume_stream.volumes.watcher import VolumeWatcher
+from volume_stream.warehouse.dead_letters import DeadLetters
 
 __all__ = ["VolumeRunner"]
 
@@ -92,13 +92,15 @@ class VolumeRunner(LoopThread):
 
     def __init__(self, name: str, config: VolumeConfig,
                  open_watcher: Callable[[str], VolumeWatcher], metrics: DaemonMetrics,
-                 tuning: DaemonTuning, dead_letter_dir: Path, stop: threading.Event, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 tuning: DaemonTuning, dead_letter_dir: Path | str, stop: threading.Event, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 storage_options: dict[str, str] | None = None) -> None:
         self.name = name
         self.config = config
         self.tuning = tuning
         self.metrics = metrics
-        self.dead_letter_file = dead_letter_dir / f"{name}.jsonl"
+        self.dead_letters = DeadLetters(dead_letter_dir, name, storage_options)
+        self.dead_letter_file = self.dead_letters.location
         self._open_watcher = open_watcher
         self._stop = stop
         self._clock = clock
@@ -411,9 +413,11 @@ class VolumeRunner(LoopThread):
                         "messages to the queue unacknowledged", self.name, len(batch.events),
                         nothing.cause, len(batch.handles), extra={"volume": self.name})
             return
+        records = []
         for event, exc in progress.bad:
             batch.poisoned.append(event)
-            self._dead_letter(event, exc)
+            records.append(self._dead_letter(event, exc))
+        self._write_dead_letters(records)
 
     def _bisect(self, events: list[FileEvent], progress: _Bisection) -> None:
         try:
@@ -429,7 +433,7 @@ class VolumeRunner(LoopThread):
             if not progress.ok and len(progress.bad) >= _NOTHING_COMMITS_AFTER:
                 raise _NothingCommits(exc) from exc
 
-    def _dead_letter(self, event: FileEvent, exc: Exception) -> None:
+    def _dead_letter(self, event: FileEvent, exc: Exception) -> dict[str, Any]:
         self.metrics.events_poison.labels(self.name).inc()
         record = {"ts": datetime.now(UTC).isoformat(), "volume": self.name,
                   "error": f"{type(exc).__name__}: {exc}",
@@ -441,13 +445,17 @@ class VolumeRunner(LoopThread):
         log.error("volume %s: poison event for %r (%s) written to %s", self.name,
                   event.relative_path, record["error"], self.dead_letter_file,
                   extra={"volume": self.name, "source_id": event.source_id})
+        return record
+
+    def _write_dead_letters(self, records: list[dict[str, Any]]) -> None:
+        """One write per batch (one object per batch on an object store)."""
+        if not records:
+            return
         try:
-            self.dead_letter_file.parent.mkdir(parents=True, exist_ok=True)
-            with self.dead_letter_file.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
+            self.dead_letters.write(records)
         except OSError as write_error:
-            log.error("volume %s: cannot write the dead-letter file %s: %s", self.name,
-                      self.dead_letter_file, write_error)
+            log.error("volume %s: cannot write the dead letters to %s: %s", self.name,
+                      self.dead_letters.location, write_error)
 
     def _ack(self, batch: _Batch) -> None:
         handles = batch.handles

@@ -27,10 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyarrow import fs as pafs
 
 from connectors.errors import is_transient
 from directory_table.schema import TS
+from directory_table.storage import filesystem_for
 from volume_stream.pipelines.udf import FileRecord
 from volume_stream.streams.changes import RECORD_SCHEMA
 
@@ -162,8 +162,10 @@ def stats_json(table: pa.Table) -> str:
 class _DataFile:
     """One Parquet data file being written to a table folder; opened on the first rows."""
 
-    def __init__(self, uri: str, schema: pa.Schema, prefix: str) -> None:
-        self.fs, self.base = pafs.FileSystem.from_uri(uri)
+    def __init__(self, uri: str, schema: pa.Schema, prefix: str,
+                 options: dict[str, str] | None = None) -> None:
+        # credentials from this executor's environment or role; `options` hold no secret
+        self.fs, self.base = filesystem_for(uri, options)
         self.schema, self.prefix = schema, prefix
         self.name: str | None = None
         self._writer: pq.ParquetWriter | None = None
@@ -231,6 +233,8 @@ class TaskPlan:
     max_attempts: int = 3
     retry_backoff_s: float = 0.5
     striped: bool = True
+    #: the target's storage options without secrets (endpoint, region, ...)
+    storage_options: dict[str, str] | None = None
 
     def share(self, index: int) -> pa.Table:
         """Task `index`'s records."""
@@ -270,8 +274,8 @@ def run_task(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
     fn = getattr(udf, "fn", udf)
     schema = result_schema(plan.udf_schema)
     prefix = f"{plan.file_prefix}-t{index:04d}"
-    results = _DataFile(plan.target_uri, schema, prefix)
-    errors = _DataFile(plan.errors_uri, ERROR_SCHEMA, prefix)
+    results = _DataFile(plan.target_uri, schema, prefix, plan.storage_options)
+    errors = _DataFile(plan.errors_uri, ERROR_SCHEMA, prefix, plan.storage_options)
     ok = failed = 0
     try:
         for rec in plan.share(index).to_pylist():

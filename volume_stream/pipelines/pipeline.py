@@ -93,6 +93,9 @@ class Pipeline:
                     f"target {where} is inside volume {volume.name!r} ({root}): its files would "
                     f"come back as changes of the stream; put the target elsewhere")
         self.errors_uri = self.target_uri.rstrip("/") + "_errors"
+        #: an object-store target uses the warehouse's storage options (same store)
+        self.storage_options: dict[str, str] = (
+            dict(catalog.warehouse.storage_options) if "://" in self.target_uri else {})
         self.target = target
         udf_schema = udf.arrow_schema()
         clash = sorted(set(udf_schema.names) & set(META_COLUMNS))

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
+from connectors.secrets import is_secret
 from volume_stream.errors import ConsumeConflictError, VolumeStreamError
 from volume_stream.pipelines.executor import (
     ERROR_SCHEMA,
@@ -138,8 +139,9 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
     a, batch_id = spec["offset"], spec["batch_id"]
     app_id = app_id_for(stream, spec)
     udf_schema = pipeline.udf.arrow_schema()
-    target = DeltaSink(pipeline.target_uri, result_schema(udf_schema), "target")
-    errors = DeltaSink(pipeline.errors_uri, ERROR_SCHEMA, "errors")
+    so = pipeline.storage_options
+    target = DeltaSink(pipeline.target_uri, result_schema(udf_schema), "target", so)
+    errors = DeltaSink(pipeline.errors_uri, ERROR_SCHEMA, "errors", so)
     tdt, edt = target.ensure(), errors.ensure()
     tprog, eprog = DeltaSink.progress(tdt, app_id), DeltaSink.progress(edt, app_id)
     if tprog is not None and tprog.batch_id > batch_id:
@@ -189,7 +191,8 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
                             file_prefix=f"part-b{batch_id}-f{start}-{run_id}",
                             max_attempts=opts.max_attempts,
                             retry_backoff_s=opts.retry_backoff_s,
-                            striped=opts.on_delete != "delete_rows")
+                            striped=opts.on_delete != "delete_rows",
+                            storage_options={k: v for k, v in so.items() if not is_secret(k)})
             try:
                 manifest = _run_spark(catalog.spark, plan, opts.parallelism,
                                       f"volume-stream pipeline {stream} batch {batch_id} "

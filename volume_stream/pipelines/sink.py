@@ -36,6 +36,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyarrow import fs as pafs
 
+from directory_table.storage import filesystem_for
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.pipelines.executor import stats_json
 
@@ -46,7 +47,7 @@ _STEP = 2 ** 32
 _NOT_TYPE_KEYS = {"nullable", "containsNull", "valueContainsNull", "metadata"}
 
 
-def resolve_target(warehouse_root: Path, target: str) -> str:
+def resolve_target(warehouse_root: Path | str, target: str) -> str:
     """A target's table location: a bare name is `<warehouse>/tables/<name>`; a path is made
     absolute; a URI (`s3://...`) is kept; `file://` URIs become paths.
 
@@ -70,6 +71,8 @@ def resolve_target(warehouse_root: Path, target: str) -> str:
     if not _NAME.match(target):
         raise InvalidInputError(f"invalid target name {target!r}: use letters, digits and '_' "
                                 f"(or give a path)")
+    if isinstance(warehouse_root, str) and "://" in warehouse_root:
+        return f"{warehouse_root.rstrip('/')}/tables/{target}"  # an object-store warehouse
     return str(Path(warehouse_root) / "tables" / target)
 
 
@@ -97,8 +100,10 @@ def _types(schema_json: str) -> list[tuple[str, Any]]:
 class DeltaSink:
     """One Delta table a pipeline writes: created on first use, schema checked, committed."""
 
-    def __init__(self, uri: str, schema: pa.Schema, role: str = "target") -> None:
+    def __init__(self, uri: str, schema: pa.Schema, role: str = "target",
+                 storage_options: dict[str, str] | None = None) -> None:
         self.uri, self.schema, self.role = uri, schema, role
+        self.storage_options = dict(storage_options or {})
         self._delta_schema = Schema.from_arrow(schema)
 
     def __repr__(self) -> str:
@@ -107,18 +112,19 @@ class DeltaSink:
     def ensure(self) -> DeltaTable:
         """Open the table, creating it with the pipeline's schema if it does not exist."""
         try:
-            dt = DeltaTable(self.uri)
+            dt = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
             try:
                 DeltaTable.create(self.uri, schema=self._delta_schema, mode="ignore",
+                                  storage_options=self.storage_options,
                                   name=os.path.basename(self.uri.rstrip("/")),
                                   description=f"volume-stream pipeline {self.role} table")
             except Exception as exc:  # lost a race to create it? then it exists now
                 try:
-                    DeltaTable(self.uri)
+                    DeltaTable(self.uri, storage_options=self.storage_options)
                 except TableNotFoundError:
                     raise exc from None
-            dt = DeltaTable(self.uri)
+            dt = DeltaTable(self.uri, storage_options=self.storage_options)
         want, have = _types(self._delta_schema.to_json()), _types(dt.schema().to_json())
         if want != have:
             raise InvalidInputError(
@@ -162,7 +168,7 @@ class DeltaSink:
 
     def discard(self, manifest: Iterable[dict[str, Any]]) -> None:
         """Delete data files that will not be committed (best effort; vacuum would too)."""
-        fs, base = pafs.FileSystem.from_uri(self.uri)
+        fs, base = filesystem_for(self.uri, self.storage_options)
         for m in manifest:
             try:
                 fs.delete_file(f"{base}/{m['path']}")
@@ -171,7 +177,7 @@ class DeltaSink:
 
     def discard_prefix(self, prefix: str) -> None:
         """Delete the uncommitted data files whose names start with `prefix` (one run's)."""
-        fs, base = pafs.FileSystem.from_uri(self.uri)
+        fs, base = filesystem_for(self.uri, self.storage_options)
         try:
             infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         except OSError:
@@ -190,7 +196,7 @@ class DeltaSink:
                                     f"on_delete='delete_rows' cannot rewrite; use a new target")
         wanted = sorted(paths)
         files = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-        fs, base = pafs.FileSystem.from_uri(self.uri)
+        fs, base = filesystem_for(self.uri, self.storage_options)
         value_set = pa.array(wanted, pa.string())
         actions: list[AddAction | RemoveAction] = []
         removed = 0

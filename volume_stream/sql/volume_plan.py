@@ -242,6 +242,8 @@ def plan_volume(catalog, stmt: ddl.CreateVolume) -> VolumePlan:
         metadata["connection"] = conn["name"]
         if conn.get("role_arn"):
             metadata["role_arn"] = conn["role_arn"]
+            if conn["type"] == "S3":
+                options["role_arn"] = conn["role_arn"]  # assumed by the AWS connectors
         if conn["type"] == "OSS" and conn.get("endpoint"):
             options["endpoint"] = conn["endpoint"]
         if conn["type"] == "S3":

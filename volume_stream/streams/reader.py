@@ -10,7 +10,6 @@ executors, through `records`).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -19,6 +18,7 @@ from volume_stream.errors import NotFoundError, WarehouseError
 from volume_stream.streams import changes as ch
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import MARKER, VOLUME, Warehouse
+from volume_stream.warehouse.location import Location, storage_error
 
 __all__ = ["VersionReader", "records"]
 
@@ -45,24 +45,31 @@ class VersionReader:
         self.spec, self.table = spec, table
 
     @classmethod
-    def open(cls, warehouse: str | os.PathLike, volume: str) -> VersionReader:
-        """The reader of `volume` in an existing warehouse (never creates one).
+    def open(cls, warehouse: str | os.PathLike, volume: str,
+             storage_options: dict[str, str] | None = None) -> VersionReader:
+        """The reader of `volume` in an existing warehouse (a folder or a URI; never creates
+        one).
 
         Raises:
             WarehouseError: `warehouse` is not a volume-stream warehouse.
             NotFoundError: the warehouse has no such volume.
         """
-        root = Path(warehouse).expanduser()
-        if not (root / MARKER).exists():
+        where = Location.parse(warehouse, storage_options)
+        try:
+            marked = where.exists(MARKER)
+        except OSError as exc:
+            raise storage_error(where.uri, exc, "open it") from exc
+        if not marked:
             raise WarehouseError(f"{os.fspath(warehouse)!r} is not a volume-stream warehouse "
                                  f"(no {MARKER})")
-        store = Warehouse(root)
+        store = Warehouse(warehouse, storage_options)
         state = store.read()
         data = state.get((VOLUME, volume))
         if data is None:
             raise NotFoundError(VOLUME, volume, [n for k, n in state if k == VOLUME])
         spec = VolumeSpec.from_dict(data)
-        return cls(spec, DirectoryTable(store.volume_root(spec.name, spec.id), spec.location))
+        return cls(spec, DirectoryTable(store.volume_root(spec.name, spec.id), spec.location,
+                                        store.storage_options))
 
     def latest(self) -> int:
         return self.table.version()

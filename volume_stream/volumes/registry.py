@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,7 +62,8 @@ class VolumeRegistry:
 
     def table(self, spec: VolumeSpec) -> DirectoryTable:
         """The directory table of the volume `spec` describes."""
-        return DirectoryTable(self.warehouse.volume_root(spec.name, spec.id), spec.location)
+        return DirectoryTable(self.warehouse.volume_root(spec.name, spec.id), spec.location,
+                              self.warehouse.storage_options)
 
     def with_options(self, spec: VolumeSpec) -> VolumeSpec:
         """`spec` plus the options (secrets included) this process was given for it."""
@@ -91,7 +91,8 @@ class VolumeRegistry:
                           options=dict(options), created_at=now())
         self._check_options(spec)  # fail now, not at the first refresh
         table_root = self.warehouse.volume_root(spec.name, spec.id)
-        DirectoryTable.create(table_root, location, retention_days=spec.retention_days)
+        DirectoryTable.create(table_root, location, retention_days=spec.retention_days,
+                              storage_options=self.warehouse.storage_options)
 
         def register(state: CatalogState) -> VolumeSpec | None:
             old = state.get((VOLUME, name))
@@ -103,11 +104,10 @@ class VolumeRegistry:
         try:
             replaced = self.warehouse.mutate(register)
         except Exception:
-            shutil.rmtree(table_root, ignore_errors=True)
+            self.warehouse.delete_volume_root(spec.name, spec.id)
             raise
         if replaced is not None:
-            shutil.rmtree(self.warehouse.volume_root(replaced.name, replaced.id),
-                          ignore_errors=True)
+            self.warehouse.delete_volume_root(replaced.name, replaced.id)
         log.info("created volume %s at %s", name, location)
         self._runtime_options[name] = dict(options)
         self._runtime_notifications[name] = notification
@@ -152,7 +152,7 @@ class VolumeRegistry:
         spec = self.warehouse.mutate(drop)
         if spec is None:
             return False
-        shutil.rmtree(self.warehouse.volume_root(spec.name, spec.id), ignore_errors=True)
+        self.warehouse.delete_volume_root(spec.name, spec.id)
         return True
 
     def list(self) -> list[dict[str, Any]]:

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from volume_stream.errors import (
     InvalidInputError,
@@ -28,6 +32,8 @@ from volume_stream.errors import (
     VolumeStreamError,
     WarehouseError,
 )
+from volume_stream.warehouse.location import Location, storage_error
+from volume_stream.warehouse.probe import check_conditional_writes
 
 __all__ = ["STREAM", "VOLUME", "CatalogState", "Warehouse", "check_name", "entry", "now"]
 
@@ -68,26 +74,56 @@ def now() -> str:
 
 
 class Warehouse:
-    """A warehouse folder: opened if it is one, initialised if it is new or empty (unless
-    `create=False`: then WarehouseError), refused otherwise (a foreign or damaged folder is
-    never overwritten)."""
+    """A warehouse (a local folder, or a prefix on S3 or HDFS): opened if it is one,
+    initialised if it is new or empty (unless `create=False`: then WarehouseError), refused
+    otherwise (a foreign or damaged one is never overwritten). Everything under it goes
+    through `location` (DESIGN §3)."""
 
-    def __init__(self, root: str | os.PathLike, *, create: bool = True):
-        self.root = Path(root).expanduser().resolve()
-        self.catalog_path = str(self.root / "_catalog")
+    def __init__(self, root: str | os.PathLike,
+                 storage_options: dict[str, Any] | None = None, *, create: bool = True):
+        self.location = Location.parse(root, storage_options)
+        self.uri = self.location.uri
+        #: a `Path` for a local folder, the URI string for an object store
+        self.root: Path | str = Path(self.uri) if self.location.is_local else self.uri
+        self.storage_options = self.location.delta_options()
+        self.catalog_path = self.location.join("_catalog")
+        self._lock = threading.RLock()
+        self._dt: DeltaTable | None = None
+        self._state: tuple[int, dict[tuple[str, str], str]] | None = None
+        with self._storage("open"):
+            try:
+                self._open_or_init(create)
+            except OSError as exc:  # a folder that cannot be made or read: /proc/x, no rights
+                if not self.location.is_local:
+                    raise
+                raise WarehouseError(f"warehouse {self.uri} cannot be opened or created: "
+                                     f"{exc.strerror or exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.uri!r})"
+
+    @contextmanager
+    def _storage(self, doing: str) -> Iterator[None]:
+        if self.location.is_local:
+            yield
+            return
         try:
-            self._open_or_init(create)
-        except OSError as exc:  # a folder that cannot be made or read: /proc/x, no permission
-            raise WarehouseError(f"warehouse {self.root} cannot be opened or created: "
-                                 f"{exc.strerror or exc}") from exc
+            yield
+        except VolumeStreamError:
+            raise
+        except (OSError, DeltaError) as exc:
+            raise storage_error(self.uri, exc, doing) from exc
 
     def _open_or_init(self, create: bool = True) -> None:
-        marker = self.root / MARKER
-        if self.root.exists() and not self.root.is_dir():
-            raise WarehouseError(f"warehouse {self.root} is a file, not a folder")
-        if marker.exists():
+        loc = self.location
+        if loc.is_local and os.path.exists(self.uri) and not os.path.isdir(self.uri):
+            raise WarehouseError(f"warehouse {self.uri} is a file, not a folder")
+        if not loc.is_local:
+            check_conditional_writes(loc)
+        if loc.exists(MARKER):
+            marker = loc.join(MARKER)
             try:
-                meta = json.loads(marker.read_text())
+                meta = json.loads(loc.read_text(MARKER))
             except (OSError, ValueError) as exc:
                 raise WarehouseError(f"warehouse marker {marker} is unreadable or corrupt: {exc}"
                                      ) from exc
@@ -95,34 +131,52 @@ class Warehouse:
                 raise WarehouseError(f"{marker} does not describe a volume-stream warehouse")
             if meta.get("format_version", 0) > FORMAT_VERSION:
                 raise WarehouseError(
-                    f"warehouse {self.root} has format version {meta['format_version']}; this "
+                    f"warehouse {self.uri} has format version {meta['format_version']}; this "
                     f"volume-stream reads up to {FORMAT_VERSION}: upgrade volume-stream")
-            if not DeltaTable.is_deltatable(self.catalog_path):
+            if not DeltaTable.is_deltatable(self.catalog_path, self.storage_options):
                 raise WarehouseError(
-                    f"warehouse {self.root} is damaged: its catalog table {self.catalog_path} "
+                    f"warehouse {self.uri} is damaged: its catalog table {self.catalog_path} "
                     f"is missing or not a Delta table")
             return
         if not create:
             raise WarehouseError(
-                f"no volume-stream warehouse at {self.root} (nothing was created there): "
+                f"no volume-stream warehouse at {self.uri} (nothing was created there): "
                 f"create a volume first (`volume-stream volume create`, or CREATE EXTERNAL "
                 f"VOLUME in SQL), or point --warehouse / $VOLUME_STREAM_WAREHOUSE at an "
                 f"existing one")
-        if self.root.exists() and any(self.root.iterdir()):
-            shown = ", ".join(sorted(p.name for p in self.root.iterdir())[:5])
+        present = [n for n in loc.children() if n != "_probe"]  # another process probing
+        if present:
             raise WarehouseError(
-                f"{self.root} is not a volume-stream warehouse (no {MARKER}; it contains: "
-                f"{shown}); pass a new or empty folder. Nothing was changed.")
-        self.root.mkdir(parents=True, exist_ok=True)
-        DeltaTable.create(self.catalog_path, schema=_SCHEMA, name="volume_stream_catalog",
-                          configuration={"delta.logRetentionDuration": "interval 7 days"})
-        tmp = self.root / f".{MARKER}.tmp"
-        tmp.write_text(json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION,
-                                   "created_at": datetime.now(UTC).isoformat()}))
-        tmp.replace(marker)  # the marker appears last: a half-made warehouse is just "empty"
+                f"{self.uri} is not a volume-stream warehouse (no {MARKER}; it contains: "
+                f"{', '.join(present[:5])}); pass a new or empty folder. Nothing was changed.")
+        if loc.is_local:
+            os.makedirs(self.uri, exist_ok=True)
+        try:
+            DeltaTable.create(self.catalog_path, schema=_SCHEMA, name="volume_stream_catalog",
+                              configuration={"delta.logRetentionDuration": "interval 7 days"},
+                              storage_options=self.storage_options)
+        except Exception:
+            # another process may have made the catalog at the same moment: fine if it did
+            if not DeltaTable.is_deltatable(self.catalog_path, self.storage_options):
+                raise
+        # the marker appears last: a half-made warehouse is just "empty"
+        loc.write_text(MARKER, json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION,
+                                           "created_at": datetime.now(UTC).isoformat()}))
 
     def volume_root(self, name: str, volume_id: str) -> str:
-        return str(self.root / "volumes" / f"{name}-{volume_id}")
+        return self.location.join("volumes", f"{name}-{volume_id}")
+
+    def delete_volume_root(self, name: str, volume_id: str) -> None:
+        """Remove a volume's tables (best effort)."""
+        self.location.delete_tree(f"volumes/{name}-{volume_id}")
+
+    def table_path(self, name: str) -> str:
+        """Where a pipeline target given by a bare name lives: `<warehouse>/tables/<name>`."""
+        return self.location.join("tables", name)
+
+    def dead_letter(self, volume: str) -> str:
+        """The dead-letter place of `volume`: `<warehouse>/_dead_letter/<volume>`."""
+        return self.location.join("_dead_letter", volume)
 
     @staticmethod
     def new_id() -> str:
@@ -130,19 +184,31 @@ class Warehouse:
 
     # ------------------------------------------------------------------ catalog
     def _table(self) -> DeltaTable:
+        """The catalog table brought up to date. Kept open: on an object store, opening it
+        afresh would read every commit since the last checkpoint; catching up reads only the
+        new ones (one LIST when nothing changed)."""
         try:
-            return DeltaTable(self.catalog_path)
+            if self._dt is None:
+                self._dt = DeltaTable(self.catalog_path, storage_options=self.storage_options)
+            else:
+                self._dt.update_incremental()
+            return self._dt
         except TableNotFoundError as exc:
+            self._dt = None
             raise WarehouseError(f"catalog table {self.catalog_path} is missing") from exc
 
-    @staticmethod
-    def _decode(dt: DeltaTable) -> CatalogState:
-        rows = dt.to_pyarrow_dataset().to_table().to_pylist()
-        return {(r["kind"], r["name"]): json.loads(r["spec"]) for r in rows}
+    def _decode(self, dt: DeltaTable) -> CatalogState:
+        """The state at `dt`'s version (decoded once per version), as a fresh copy."""
+        version = dt.version()
+        if self._state is None or self._state[0] != version:
+            rows = dt.to_pyarrow_dataset().to_table().to_pylist()
+            self._state = (version, {(r["kind"], r["name"]): r["spec"] for r in rows})
+        return {key: json.loads(spec) for key, spec in self._state[1].items()}
 
     def read(self) -> CatalogState:
         """The catalog as of now."""
-        return self._decode(self._table())
+        with self._lock:
+            return self._decode(self._table())
 
     def mutate(self, change: Callable[[CatalogState], Any]) -> Any:
         """Apply `change` to the catalog atomically and return its result.
@@ -150,6 +216,10 @@ class Warehouse:
         `change` gets a fresh copy of the state, edits it in place and may raise to abort. It
         can run more than once (after losing a race), so it must only look at its argument.
         """
+        with self._lock:
+            return self._mutate(change)
+
+    def _mutate(self, change: Callable[[CatalogState], Any]) -> Any:
         for _attempt in range(_MAX_ATTEMPTS):
             dt = self._table()
             state = self._decode(dt)
@@ -160,6 +230,8 @@ class Warehouse:
                 write_deltalake(dt, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="overwrite",
                                 commit_properties=CommitProperties(max_commit_retries=0))
             except CommitFailedError:
+                self._dt = None  # another process committed first: re-read and re-check
+                time.sleep(random.uniform(0, 0.02 * (_attempt + 1)))
                 continue
             return result
         raise VolumeStreamError(f"catalog {self.catalog_path}: too much contention, gave up")

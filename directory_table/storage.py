@@ -1,0 +1,110 @@
+"""pyarrow filesystems for the plain files next to Delta tables, built from delta-rs's
+`storage_options` (DESIGN §3): the same endpoint, region and credentials reach delta-rs and
+pyarrow. Options not given come from the standard `AWS_*` environment (profiles and roles
+through the AWS SDK's default chain), so executors need nothing pickled but the non-secret
+options.
+
+    fs, path = filesystem_for("s3://bucket/wh/_catalog", {"AWS_ENDPOINT_URL": "http://h:9000"})
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from pyarrow import fs as pafs
+
+__all__ = ["filesystem_for", "list_names", "option", "s3_client", "split_s3"]
+
+
+def option(options: dict[str, str] | None, *names: str) -> str | None:
+    """The first of `names` set in `options` (any case), else in the environment."""
+    lowered = {k.lower(): v for k, v in (options or {}).items()}
+    for name in names:
+        if name.lower() in lowered:
+            return str(lowered[name.lower()])
+    for name in names:
+        if os.environ.get(name.upper()):
+            return os.environ[name.upper()]
+    return None
+
+
+def _s3(options: dict[str, str] | None) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {}
+    key = option(options, "AWS_ACCESS_KEY_ID", "access_key_id")
+    secret = option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key")
+    if key and secret:
+        kwargs.update(access_key=key, secret_key=secret,
+                      session_token=option(options, "AWS_SESSION_TOKEN", "session_token"))
+    region = option(options, "AWS_REGION", "region", "AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region"] = region
+    endpoint = option(options, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url",
+                      "endpoint")
+    if endpoint:
+        parsed = urlparse(endpoint)
+        kwargs["endpoint_override"] = parsed.netloc or endpoint
+        kwargs["scheme"] = parsed.scheme or "https"
+        kwargs["force_virtual_addressing"] = False
+    return pafs.S3FileSystem(**kwargs)
+
+
+def filesystem_for(uri: str, options: dict[str, str] | None = None,
+                   ) -> tuple[pafs.FileSystem, str]:
+    """(a pyarrow filesystem, the path of `uri` inside it) for a local path, `file://`,
+    `s3://` (endpoint and credentials from `options`, else the environment) or another scheme
+    pyarrow knows (`hdfs://`)."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
+    if scheme in ("", "file"):
+        return pafs.LocalFileSystem(), unquote(parsed.path) if scheme else uri
+    if scheme in ("s3", "s3a"):
+        return _s3(options), f"{parsed.netloc}{parsed.path}".rstrip("/")
+    return pafs.FileSystem.from_uri(uri)
+
+
+def s3_client(options: dict[str, str] | None = None) -> Any:
+    """A boto3 S3 client with `options`' endpoint, region and credentials (else boto3's chain:
+    environment, profiles, roles). Driver-side listing and small objects go through boto3 rather
+    than pyarrow's S3 (the AWS C++ SDK can abort a process at exit: apache/arrow#34314)."""
+    import boto3  # only object-store warehouses need it
+
+    kwargs: dict[str, Any] = {}
+    endpoint = option(options, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url",
+                      "endpoint")
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    region = option(options, "AWS_REGION", "region", "AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region_name"] = region
+    key = option(options, "AWS_ACCESS_KEY_ID", "access_key_id")
+    secret = option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key")
+    if key and secret:
+        kwargs.update(aws_access_key_id=key, aws_secret_access_key=secret,
+                      aws_session_token=option(options, "AWS_SESSION_TOKEN", "session_token"))
+    return boto3.client("s3", **kwargs)
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """('bucket', 'key/prefix') of an `s3://` (or `s3a://`) URI."""
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def list_names(uri: str, options: dict[str, str] | None = None) -> list[str]:
+    """The names directly under folder `uri` (empty if there is none)."""
+    if urlparse(uri).scheme.lower() in ("s3", "s3a"):
+        bucket, prefix = split_s3(uri)
+        prefix = f"{prefix.rstrip('/')}/" if prefix else ""
+        names: set[str] = set()
+        pages = s3_client(options).get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/")
+        for page in pages:
+            names.update(o["Key"][len(prefix):] for o in page.get("Contents", []))
+            names.update(p["Prefix"][len(prefix):].rstrip("/")
+                         for p in page.get("CommonPrefixes", []))
+        return sorted(n for n in names if n)
+    fs, path = filesystem_for(uri, options)
+    return sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(
+        path, allow_not_found=True)))

@@ -1,0 +1,210 @@
+"""Where a warehouse lives: a local folder or an object store, and the one storage layer over it
+(DESIGN §3).
+
+Delta tables (catalog, directory tables, tombstones, pipeline targets) are opened by delta-rs
+with `storage_options` (delta-rs's keys: `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`,
+...; when omitted, delta-rs reads the standard `AWS_*` environment, profiles and roles). The few
+plain files (the marker, dead letters) go through `pyarrow.fs` built from the same options. A
+warehouse on an object store never touches local disk.
+
+    loc = Location.parse("s3://bucket/wh", {"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"})
+    loc.join("_catalog")           # 's3://bucket/wh/_catalog'
+    loc.write_text("x.json", "{}")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from pyarrow import fs as pafs
+
+from connectors.secrets import is_secret
+from directory_table.storage import filesystem_for, list_names, s3_client, split_s3
+from volume_stream.errors import ConfigError, WarehouseError
+
+__all__ = ["OSS_REFUSAL", "Location", "storage_error"]
+
+#: why an `oss://` warehouse is refused (DESIGN §3.1, README "Warehouses on object storage")
+OSS_REFUSAL = (
+    "an oss:// warehouse is not supported: delta-rs has no OSS object store, and commits "
+    "through OSS's S3-compatible API would not be safe (delta-rs makes a commit exclusive with "
+    "If-None-Match, which OSS does not guarantee to honour; OSS's own x-oss-forbid-overwrite "
+    "header cannot be sent by delta-rs). Keep the OSS volumes and put the warehouse on S3, "
+    "HDFS or a shared disk")
+
+_SCHEMES = {"s3": "s3", "s3a": "s3", "hdfs": "hdfs", "viewfs": "hdfs"}
+_CREDENTIAL_WORDS = ("InvalidAccessKeyId", "INVALID_ACCESS_KEY_ID", "SignatureDoesNotMatch", "AccessDenied", "403",
+                     "Forbidden", "ExpiredToken", "InvalidToken", "credential",
+                     "ACCESS_DENIED")
+_MISSING_WORDS = ("NoSuchBucket", "bucket does not exist", "NOT_FOUND")
+
+
+def storage_error(uri: str, exc: BaseException, doing: str) -> Exception:
+    """An error of the object store while `doing` something to warehouse `uri`, converted:
+    bad or missing credentials -> ConfigError, anything else -> WarehouseError."""
+    text = str(exc)
+    if any(w.lower() in text.lower() for w in _MISSING_WORDS):
+        return WarehouseError(f"warehouse {uri}: cannot {doing}: its bucket does not exist or "
+                              f"is not visible with these credentials ({_short(text)})")
+    if any(w.lower() in text.lower() for w in _CREDENTIAL_WORDS):
+        return ConfigError(f"warehouse {uri}: cannot {doing}: the credentials were refused "
+                           f"({_short(text)}); set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                           f"AWS_PROFILE or a role, or pass storage_options")
+    return WarehouseError(f"warehouse {uri}: cannot {doing}: {_short(text)}")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclass(frozen=True)
+class Location:
+    """A warehouse's root: `uri` is an absolute local path or `scheme://bucket/prefix` (no
+    trailing `/`); `storage_options` are kept in memory only (never written, never logged)."""
+
+    uri: str
+    scheme: str  # "file" | "s3" | "hdfs"
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, where: str | os.PathLike, storage_options: dict[str, Any] | None = None,
+              ) -> Location:
+        """The location of `where`: a local path, `file://...`, `s3://bucket/prefix` (also
+        `s3a://`), `hdfs://...`. `oss://` is refused with the reason (OSS_REFUSAL)."""
+        options = {str(k): str(v) for k, v in (storage_options or {}).items()}
+        text = os.fspath(where)
+        parsed = urlparse(text)
+        scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
+        if scheme in ("", "file"):
+            path = unquote(parsed.path) if scheme == "file" else text
+            return cls(os.path.abspath(os.path.expanduser(path)), "file", options)
+        if scheme == "oss":
+            raise ConfigError(f"warehouse {text}: {OSS_REFUSAL}")
+        if scheme not in _SCHEMES:
+            raise ConfigError(f"warehouse {text}: unsupported scheme {scheme}://; use a local "
+                              f"folder, file://, s3:// or hdfs://")
+        if not parsed.netloc:
+            raise ConfigError(f"warehouse {text}: no bucket (expected {scheme}://bucket/prefix)")
+        prefix = parsed.path.strip("/")
+        kind = _SCHEMES[scheme]
+        uri = f"{'s3' if kind == 's3' else scheme}://{parsed.netloc}"
+        return cls(f"{uri}/{prefix}" if prefix else uri, kind, options)
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def join(self, *parts: str) -> str:
+        """`uri/part/...` (local paths joined with the OS separator)."""
+        if self.is_local:
+            return os.path.join(self.uri, *parts)
+        return "/".join([self.uri, *(p.strip("/") for p in parts)])
+
+    # ------------------------------------------------------------------ plain files
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem for the plain files and the root's path inside it."""
+        return filesystem_for(self.uri, self.storage_options)
+
+    def delta_options(self) -> dict[str, str]:
+        """The options delta-rs gets (a local folder: none)."""
+        return dict(self.storage_options)
+
+    def public_options(self) -> dict[str, str]:
+        """The options without secrets: what may be pickled to executors (they take
+        credentials from their own environment or role)."""
+        return {k: v for k, v in self.storage_options.items() if not is_secret(k)}
+
+    def _path(self, relative: str) -> tuple[pafs.FileSystem, str]:
+        fs, base = self.filesystem()
+        return fs, f"{base.rstrip('/')}/{relative}" if relative else base
+
+    # On S3 the plain files go through boto3, not pyarrow's S3 (its AWS C++ SDK can abort a
+    # process at exit: apache/arrow#34314); boto3's errors become OSError here.
+    @contextmanager
+    def _s3(self, relative: str) -> Iterator[tuple[Any, str, str]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, prefix = split_s3(self.uri)
+        key = "/".join(p for p in (prefix, relative) if p)
+        try:
+            yield s3_client(self.storage_options), bucket, key
+        except (BotoCoreError, ClientError) as exc:
+            raise OSError(f"{self.uri}/{relative}: {exc}") from exc
+
+    def exists(self, relative: str = "") -> bool:
+        if self.scheme == "s3":
+            from botocore.exceptions import ClientError
+
+            with self._s3(relative) as (s3, bucket, key):
+                try:
+                    s3.head_object(Bucket=bucket, Key=key)
+                    return True
+                except ClientError as exc:
+                    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                        return False
+                    raise
+        fs, path = self._path(relative)
+        return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def read_text(self, relative: str) -> str:
+        if self.scheme == "s3":
+            with self._s3(relative) as (s3, bucket, key):
+                return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+        fs, path = self._path(relative)
+        with fs.open_input_stream(path) as f:
+            return f.read().decode("utf-8")
+
+    def write_text(self, relative: str, text: str) -> None:
+        """Write a whole object (a local file appears atomically: written, then renamed)."""
+        if self.scheme == "s3":
+            with self._s3(relative) as (s3, bucket, key):
+                s3.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"))
+            return
+        fs, path = self._path(relative)
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+            return
+        with fs.open_output_stream(path) as f:
+            f.write(text.encode("utf-8"))
+
+    def children(self, relative: str = "") -> list[str]:
+        """The names directly under `relative` (empty if there is nothing)."""
+        if self.scheme == "s3":
+            with self._s3(relative):
+                return list_names(self.join(relative) if relative else self.uri,
+                                  self.storage_options)
+        fs, path = self._path(relative)
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        return sorted(i.base_name for i in infos)
+
+    def delete_tree(self, relative: str) -> None:
+        """Remove everything under `relative` (best effort: missing is fine)."""
+        if self.scheme == "s3":
+            with self._s3(relative) as (s3, bucket, key):
+                pages = s3.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=f"{key.rstrip('/')}/")
+                for page in pages:
+                    objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if objects:
+                        s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})
+            return
+        fs, path = self._path(relative)
+        try:
+            if fs.get_file_info(path).type == pafs.FileType.NotFound:
+                return
+            fs.delete_dir(path)
+        except OSError:
+            pass
