@@ -85,7 +85,7 @@ class StreamsApi:
         self.catalog, self.region, self.account_id = catalog, region, account_id
         self._logs: dict[tuple[str, str], ChangeLog] = {}
         self._lock = threading.Lock()
-        self._signer = IteratorSigner(catalog.warehouse.root)
+        self._signer = IteratorSigner(catalog.warehouse.location)
 
     # ------------------------------------------------------------------ dispatch
     def call(self, operation: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -373,7 +373,7 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
     status_path = None
     if status_table:
         check_name("status table", status_table)
-        status_path = str(Path(catalog.warehouse.root) / "export_status" / status_table)
+        status_path = catalog.warehouse.location.join("export_status", status_table)
     result = ExportResult(a, b)
     exporter = _Exporter(catalog, volume, a, b, os.fspath(out), fmt, status_path,
                          export_sequence_info, max_retries, mbps, result)

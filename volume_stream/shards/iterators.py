@@ -12,17 +12,16 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
-from pathlib import Path
 from typing import Any
 
 from volume_stream.errors import ExpiredIteratorError
+from volume_stream.warehouse.location import Location
 
 __all__ = ["ITERATOR_TTL_S", "IteratorSigner"]
 
 ITERATOR_TTL_S = 15 * 60
-_KEY_FILE = Path("_secrets") / "shard-iterator.key"
+_KEY_FILE = "_secrets/shard-iterator.key"
 
 
 def _b64(data: bytes) -> str:
@@ -33,31 +32,17 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _load_key(root: Path) -> bytes:
-    path = root / _KEY_FILE
-    try:
-        return bytes.fromhex(path.read_text().strip())
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    try:
-        os.link(tmp, path)  # the first writer wins; a racing one reads the winner's key
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
-    return bytes.fromhex(path.read_text().strip())
+def _load_key(location: Location) -> bytes:
+    if not location.exists(_KEY_FILE):
+        location.create_text(_KEY_FILE, secrets.token_hex(32))  # the first writer wins
+    return bytes.fromhex(location.read_text(_KEY_FILE).strip())
 
 
 class IteratorSigner:
     """Signs and checks the shard iterators of one warehouse."""
 
-    def __init__(self, warehouse_root: str | os.PathLike, ttl_s: float = ITERATOR_TTL_S):
-        self._key = _load_key(Path(warehouse_root))
+    def __init__(self, location: Location, ttl_s: float = ITERATOR_TTL_S):
+        self._key = _load_key(location)
         self.ttl_s = ttl_s
 
     def sign(self, payload: dict[str, Any], issued_at: float) -> str:

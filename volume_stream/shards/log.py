@@ -96,7 +96,7 @@ class ChangeLog:
             raise NotFoundError("change log stream", f"{volume}/{self.stream['label']}",
                                 [s for s, v in streams.items()
                                  if not _expired(v, self.spec.retention_days, datetime.now(UTC))])
-        self._signer = IteratorSigner(catalog.warehouse.root)
+        self._signer = IteratorSigner(catalog.warehouse.location)
         self._times = CommitTimes(self.table)
         self._windows: dict[tuple[str, int, int], Window] = {}
 

@@ -33,6 +33,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from volume_stream.errors import (
     AlreadyExistsError,
+    ConfigError,
     InvalidInputError,
     NotFoundError,
     VolumeStreamError,
@@ -40,7 +41,8 @@ from volume_stream.errors import (
 from volume_stream.tables.expressions import to_delta
 from volume_stream.tables.types import arrow_type, conform, sql_type
 
-__all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "TableStore"]
+__all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "ObjectStoreTables",
+           "TableStore"]
 
 ROW_ID, ROW_VERSION = "_vs_row_id", "_vs_row_version"
 HIDDEN = (ROW_ID, ROW_VERSION)
@@ -392,3 +394,25 @@ def _plain(table: pa.Table) -> pa.Table:
         fields.append(pa.field(f.name, t, metadata=f.metadata))
     schema = pa.schema(fields)
     return table if schema.equals(table.schema) else table.cast(schema)
+
+
+class ObjectStoreTables:
+    """The SQL tables of a warehouse on an object store: not supported yet. Nothing is listed,
+    and every other use is refused with a `ConfigError` naming the warehouse, so that no table
+    is ever written to a local path that merely looks like the URI."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+
+    def names(self) -> list[str]:
+        return []
+
+    def exists(self, name: str) -> bool:
+        return False
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise ConfigError(f"SQL tables and table streams need a warehouse on a local or mounted "
+                          f"folder for now; {self.uri} is on an object store (volumes, volume "
+                          f"streams and pipelines work there)")

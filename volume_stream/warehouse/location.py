@@ -180,6 +180,35 @@ class Location:
         with fs.open_output_stream(path) as f:
             f.write(text.encode("utf-8"))
 
+    def create_text(self, relative: str, text: str) -> None:
+        """Write `relative` only if it does not exist yet: of racing writers the first wins and
+        the others keep what it wrote (S3: a conditional PUT; local: an exclusive create)."""
+        if self.scheme == "s3":
+            from botocore.exceptions import ClientError
+
+            bucket, prefix = split_s3(self.uri)
+            key = "/".join(p for p in (prefix, relative) if p)
+            try:
+                s3_client(self.storage_options).put_object(
+                    Bucket=bucket, Key=key, Body=text.encode("utf-8"), IfNoneMatch="*")
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise OSError(f"{self.uri}/{relative}: {exc}") from exc
+            return
+        if not self.is_local:
+            if not self.exists(relative):
+                self.write_text(relative, text)
+            return
+        fs, path = self._path(relative)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
     def children(self, relative: str = "") -> list[str]:
         """The names directly under `relative` (empty if there is nothing)."""
         if self.scheme == "s3":
