@@ -27,6 +27,13 @@ from tests.alicloud_fixtures import (  # noqa: F401
     mns_server,
     oss_server,
 )
+from tests.s3_warehouse_fixtures import (  # noqa: F401
+    child_env,
+    free_port,
+    moto_process,
+    s3_bucket,
+    s3_env,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -41,8 +48,11 @@ KINDS = {
     "oss": "vs.MnsNotification(",
     "sql": "cat.register_udf(",
     "datasource": 'readStream.format("volume_stream")',
+    "shards": 'cat.change_log("landing")',
+    "shard_api": 'boto3.client("dynamodbstreams"',
+    "s3_warehouse": 'vs.connect("s3://my-bucket/volume-stream")',
 }
-LOCAL = ["quickstart", "pipeline", "sql", "datasource"]  # one folder, in this order
+LOCAL = ["quickstart", "pipeline", "shards", "sql", "datasource"]  # one folder, in this order
 
 HARNESS = f"""
 import json, sys, traceback
@@ -143,3 +153,52 @@ def test_oss_block_runs_as_printed(tmp_path, mns_server, oss_server):  # noqa: F
 def test_blocks_use_no_absolute_paths(kind):
     """A reader can paste a block anywhere: it writes only below the current folder."""
     assert not re.search(r"""["']/(data|out|chk|tmp)\b""", block(kind)), block(kind)
+
+
+def test_shard_api_block_runs_as_printed(tmp_path):
+    """The boto3 block against `volume-stream shard-api` started as the README says."""
+    import socket
+    import time
+
+    import volume_stream as vs
+
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / "a.txt").write_text("a")
+    cat = vs.connect(tmp_path / "warehouse")
+    cat.create_volume("landing", str(tmp_path / "landing"))
+    cat.refresh("landing")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "volume_stream.cli", "shard-api", "--warehouse",
+         str(tmp_path / "warehouse"), "--listen", f"127.0.0.1:{port}", "--access-key-id", "ID",
+         "--secret-access-key", "SECRET"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # wait until it listens (or has died)
+            assert server.poll() is None, server.stderr.read()
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "shard-api did not start listening"
+            time.sleep(0.1)
+        code = block("shard_api")
+        assert "http://127.0.0.1:8000" in code
+        outputs = run_blocks([("shard_api", code.replace("127.0.0.1:8000", f"127.0.0.1:{port}"))],
+                             tmp_path, env={"AWS_EC2_METADATA_DISABLED": "true"})
+        assert "'a.txt'" in outputs["shard_api"] and "'INSERT'" in outputs["shard_api"]
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_s3_warehouse_block_runs_as_printed(tmp_path, s3_bucket, moto_process):  # noqa: F811
+    """Both `connect` lines against moto's server (its own process): the bucket and the
+    endpoint are the only substitutions; credentials come from the standard environment."""
+    code = block("s3_warehouse")
+    for old in ("my-bucket", "http://minio:9000"):
+        assert old in code, old
+    code = code.replace("my-bucket", s3_bucket).replace("http://minio:9000", moto_process)
+    run_blocks([("s3_warehouse", code + "\nprint(cat.list_volumes())\n")], tmp_path,
+               env=child_env(moto_process))
+    assert not any(p.name.startswith("s3") for p in tmp_path.iterdir())  # nothing local
