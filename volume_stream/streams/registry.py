@@ -139,8 +139,12 @@ class StreamRegistry:
         Like Spark's offset log: before a consumer runs, (a, b] is written to the catalog beside
         the batch id, so a retry of that batch id after a failure sees exactly (a, b] even if
         files arrived meanwhile (they go to the next batch). An unchanged offset with nothing
-        pending is not recorded.
+        pending is not recorded. (Streams on tables are not pinned yet: their next batch is what
+        is pending when it runs.)
         """
+        stored = entry(self.warehouse.read(), STREAM, name)
+        if tstreams.is_table_stream(stored):
+            return tstreams.pending(self.tables, stored)
         spec, volume = self.spec(name)
         a, batch_id = spec["offset"], spec["batch_id"]
         end = _pinned_end(spec)
