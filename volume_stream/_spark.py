@@ -127,9 +127,9 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         # tables live in the volume-stream warehouse: Spark's own default `spark-warehouse/`
-        # would appear in the working directory, so it is kept out of the way
-        .config("spark.sql.warehouse.dir",
-                os.path.join(tempfile.gettempdir(), f"volume-stream-spark-{os.getuid()}"))
+        # would appear in the working directory, so it is kept out of the way, in a folder of
+        # this process (its in-memory catalog forgets Spark's own tables at exit anyway)
+        .config("spark.sql.warehouse.dir", _spark_warehouse_dir())
         .config("spark.sql.catalogImplementation", "in-memory")
     )
     for key, value in (extra_conf or {}).items():
@@ -152,3 +152,13 @@ def quiet_query_context_loggers() -> None:
         return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _spark_warehouse_dir() -> str:
+    """A temp folder for Spark's own (non-warehouse) tables, one per process, removed at exit."""
+    import atexit
+    import shutil
+
+    path = tempfile.mkdtemp(prefix="volume-stream-spark-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path

@@ -114,11 +114,11 @@ def test_select_ddl_and_errors_over_remote(server):
 def test_ctas_moves_the_offset_and_udfs_are_shipped(server):
     env = {"VOLUME_STREAM_SPARK_REMOTE": server["url"]}  # the variable instead of --remote
     out = cli(server, "--udf", "loud=tests.volume_stream.test_spark_connect:loud", "-e",
-              "CREATE TABLE copied USING parquet AS SELECT relative_path, loud(relative_path) "
+              "CREATE TABLE default.copied USING parquet AS SELECT relative_path, loud(relative_path) "
               "AS l FROM t", env=env)
     assert "stream t: offset 0 -> 1 (2 records, batch 0)" in out.stdout + out.stderr, \
         out.stdout + out.stderr
     assert vs.connect(server["wh"]).describe_stream("t")["pending_changes"] == 0
-    table = cli(server, "--json", "-e", "SELECT * FROM copied ORDER BY relative_path", env=env)
+    table = cli(server, "--json", "-e", "SELECT * FROM default.copied ORDER BY relative_path", env=env)
     assert [json.loads(line) for line in table.stdout.splitlines()] == [
         {"relative_path": "a.txt", "l": "A.TXT!"}, {"relative_path": "b.txt", "l": "B.TXT!"}]
