@@ -22,7 +22,8 @@ def test_demo_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "warehouse " + str(tmp_path) in out  # it worked in a temp folder...
-    assert list(tmp_path.iterdir()) == []  # ...and removed it
+    # ...and removed it (Spark's own log file stays where the README says: the temp folder)
+    assert [p.name for p in tmp_path.iterdir() if p.name != "volume-stream-spark.log"] == []
     # volume-stream is not on PATH: the demo says how to get it there
     activate = os.path.relpath(Path(bin_dir) / "activate", ROOT)
     assert f"  . {activate}\n  volume-stream --help\n" in out

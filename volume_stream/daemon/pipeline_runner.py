@@ -236,9 +236,12 @@ class PipelineRunner(LoopThread):
                                  spark=session)
                 box["code"] = result.exit_code
                 for m in result.batches:
-                    if m.files_seen:
-                        log.info("pipeline %s: %s", self.name, m.as_dict(),
-                                 extra={"pipeline": self.name})
+                    if m.files_seen:  # as a child's metrics line is logged: a `batch` field
+                        batch = m.as_dict()
+                        log.info("pipeline %s: batch %s: %s files, %s failed", self.name,
+                                 batch.get("batch_id"), batch.get("files_seen"),
+                                 batch.get("files_failed"),
+                                 extra={"pipeline": self.name, "batch": batch})
             except Exception as exc:
                 box["code"] = EXIT_FAILED
                 log.error("pipeline %s: run failed: %s: %s", self.name, type(exc).__name__,
