@@ -178,7 +178,7 @@ def migrate(table: DirectoryTable, *, buckets: int = DEFAULT_BUCKETS) -> int | N
 def _bucketed(dt: DeltaTable, buckets: int) -> pa.Table:
     """Every row of `dt` with its `_bucket`, sorted by (bucket, path). Held in memory once:
     a migration is a one-off rewrite of the whole table."""
-    rows = plain_types(dt.to_pyarrow_dataset().to_table())
+    rows = plain_types(dt.to_pyarrow_dataset().to_table(use_threads=False))
     rows = rows.append_column(pa.field(BUCKET_COLUMN, pa.int32()),
                               bucket_array(rows["relative_path"].to_pylist(), buckets))
     return rows.sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])

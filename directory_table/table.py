@@ -333,16 +333,16 @@ class DirectoryTable:
         dt = self.delta(version)
         columns = list(columns or TABLE_SCHEMA.names)
         if buckets is None:
-            table = dt.to_pyarrow_dataset().to_table(columns=columns)
+            table = dt.to_pyarrow_dataset().to_table(use_threads=False, columns=columns)
         else:
             wanted = sorted(set(buckets))
             layout = Layout.of(dt)
             if layout.bucketed:
                 dataset = dt.to_pyarrow_dataset(file_pruning_predicate=[
                     (BUCKET_FIELD.name, "in", [str(b) for b in wanted])])
-                table = dataset.to_table(columns=columns)
+                table = dataset.to_table(use_threads=False, columns=columns)
             else:
-                table = dt.to_pyarrow_dataset().to_table(columns=list({*columns, "relative_path"}))
+                table = dt.to_pyarrow_dataset().to_table(use_threads=False, columns=list({*columns, "relative_path"}))
                 table = table.filter(pc.is_in(
                     bucket_array(table["relative_path"].to_pylist(), layout.buckets),
                     value_set=pa.array(wanted, pa.int32()))).select(columns)

@@ -185,7 +185,7 @@ class _Exporter:
         """{shard_id: (last recorded window end, done)} of this range."""
         if not self.status_path or not DeltaTable.is_deltatable(self.status_path):
             return {}
-        rows = DeltaTable(self.status_path).to_pyarrow_dataset().to_table().to_pylist()
+        rows = DeltaTable(self.status_path).to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
         out: dict[str, tuple[int, bool]] = {}
         for r in rows:
             if r["range_key"] == self.range_key:

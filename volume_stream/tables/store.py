@@ -208,7 +208,7 @@ class TableStore:
         dt = self.open(name)
         if version is not None:
             dt.load_as_version(version)
-        table = dt.to_pyarrow_dataset().to_table()
+        table = dt.to_pyarrow_dataset().to_table(use_threads=False)
         if not hidden:
             table = table.select([c for c in table.column_names if c not in HIDDEN])
         return _plain(table)
