@@ -28,29 +28,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from volume_stream._spark import is_connect
-from volume_stream.errors import InvalidInputError, SqlError, SqlSyntaxError, VolumeStreamError
+from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.sql import ddl, ddl_exec, tables
 from volume_stream.sql.lexer import Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import PENDING as _PENDING
 from volume_stream.sql.udfs import UDFS as _UDFS
-from volume_stream.sql.udfs import registered_udfs
 
 #: the Catalog (volume_stream.catalog) this runs against; only its public methods are used
 Catalog = Any
 
-__all__ = [
-    "SqlError",
-    "SqlResult",
-    "SqlSyntaxError",
-    "register_udf",
-    "register_udf_lazily",
-    "registered_udfs",
-    "run_script",
-    "run_sql",
-    "run_statement",
-    "statements",
-]
+__all__ = ["register_udf", "register_udf_lazily", "run_script", "run_sql", "run_statement",
+           "statements"]
 
 _UDF_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
