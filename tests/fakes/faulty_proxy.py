@@ -29,10 +29,12 @@ from urllib.parse import urlparse
 
 from tests.fakes._http import FakeHTTPServer, FakeRequestHandler, new_request_id
 
-__all__ = ["COUNTS_PATH", "FAULTS", "FaultyProxy", "main"]
+__all__ = ["CONTROL_PATH", "COUNTS_PATH", "FAULTS", "FaultyProxy", "main"]
 
-#: `GET` this path on the proxy for its counts as JSON (answered by the proxy itself)
-COUNTS_PATH = "/__faulty_proxy__/counts"
+#: the proxy's own paths (answered by it, never forwarded): `.../counts` answers its counts as
+#: JSON; `.../pause` and `.../resume` stop and restart the faults (answering the counts too)
+CONTROL_PATH = "/__faulty_proxy__/"
+COUNTS_PATH = CONTROL_PATH + "counts"
 
 #: the kinds of fault, drawn with equal weight unless `faults` says otherwise
 FAULTS = ("error500", "slowdown503", "reset", "truncate", "latency")
@@ -69,7 +71,11 @@ class _Handler(FakeRequestHandler):
     def _any(self) -> None:
         state: _State = self.server.state
         body = self.read_body()
-        if self.path == COUNTS_PATH:  # the proxy's own figures, never forwarded nor faulted
+        if self.path.startswith(CONTROL_PATH):  # the proxy's own, never forwarded nor faulted
+            if self.path.endswith("/pause"):
+                state.enabled = False
+            elif self.path.endswith("/resume"):
+                state.enabled = True
             with state.lock:
                 payload = json.dumps(dict(state.counts)).encode()
             self.respond(200, payload, {"Content-Type": "application/json"})
@@ -193,9 +199,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help=f"comma-separated kinds among {', '.join(FAULTS)}")
     args = parser.parse_args(argv)
-    proxy = FaultyProxy(args.upstream, rate=args.rate, seed=args.seed,
-                        latency_s=args.latency).start()
+    proxy = FaultyProxy(args.upstream, rate=args.rate, seed=args.seed, latency_s=args.latency,
+                        faults=tuple(args.faults.split(","))).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(proxy.endpoint, flush=True)

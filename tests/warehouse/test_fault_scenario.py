@@ -34,7 +34,7 @@ from deltalake import DeltaTable
 
 import volume_stream as vs
 from tests.aws_fixtures import make_rig
-from tests.fakes.faulty_proxy import COUNTS_PATH
+from tests.fakes.faulty_proxy import CONTROL_PATH
 from tests.s3_warehouse_fixtures import child_env, s3_client, stop_process
 
 CLI = str(Path(sys.executable).parent / "volume-stream")
@@ -49,16 +49,17 @@ RATE = 0.1
 class Proxy:
     """`python -m tests.fakes.faulty_proxy` in its own process."""
 
-    def __init__(self, upstream: str, rate: float, seed: int):
+    def __init__(self, upstream: str, rate: float, seed: int, faults: str | None = None):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.fakes.faulty_proxy", upstream, "--rate", str(rate),
-             "--seed", str(seed), "--latency", "0.05"],
+             "--seed", str(seed), "--latency", "0.05",
+             *(["--faults", faults] if faults else [])],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.endpoint = self.proc.stdout.readline().strip()
         assert self.endpoint.startswith("http://"), "the proxy did not start"
 
-    def counts(self) -> Counter[str]:
-        with urllib.request.urlopen(self.endpoint + COUNTS_PATH, timeout=10) as resp:
+    def counts(self, command: str = "counts") -> Counter[str]:
+        with urllib.request.urlopen(self.endpoint + CONTROL_PATH + command, timeout=10) as resp:
             return Counter(json.loads(resp.read()))
 
     def stop(self) -> None:
@@ -76,6 +77,28 @@ class Daemon:
                 [CLI, "daemon", "--config", str(config), "--log-json"], stdout=fh,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 cwd=config.parent, start_new_session=True)
+
+    def records(self) -> list[dict]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    def ready(self) -> bool:
+        ports = [r["port"] for r in self.records() if r.get("logger") == "volume_stream.metrics"
+                 and "port" in r]
+        if not ports:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[-1]}/readyz", timeout=10) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def kill(self) -> None:
         try:
@@ -218,6 +241,53 @@ def log_figures(logs: list[Path]) -> dict[str, int]:
             if isinstance(rec, dict) and rec.get("level") in ("WARNING", "ERROR"):
                 levels[rec["level"].lower() + "s_logged"] += 1
     return dict(levels)
+
+
+def wait_for(condition, what: str, daemon: Daemon, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert daemon.proc.poll() is None, f"daemon exited while waiting for {what}: " + \
+            daemon.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {what}: " + daemon.log.read_text()[-3000:]
+        threading.Event().wait(0.2)
+
+
+def test_daemon_start_outlives_a_store_that_fails(s3_env, s3_bucket, tmp_path):
+    """A store that cuts off every answer as the daemon starts: the daemon retries opening the
+    warehouse and preparing its volumes with backoff instead of exiting, and becomes ready once
+    the store recovers."""
+    rig = make_rig(s3_env, queue_attributes={"VisibilityTimeout": "5"})
+    uri = f"s3://{s3_bucket}/wh"
+    cat = vs.connect(uri)
+    cat.create_volume("vol", f"s3://{rig.bucket}/data/",
+                      notification=vs.SqsNotification(rig.queue_url, wait_time_seconds=1))
+    cfg = tmp_path / "vs.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        warehouse = "{uri}"
+        [storage_options]
+        AWS_REGION = "us-east-1"
+        [metrics]
+        port = 0
+        [daemon]
+        backoff_initial_s = 0.05
+        backoff_max_s = 0.5
+        [volumes.vol]
+        max_wait_s = 0.05
+    """))
+    proxy = Proxy(s3_env, 1.0, 1, faults="truncate,error500")
+    daemon = Daemon(cfg, tmp_path / "daemon.log", child_env(proxy.endpoint))
+    try:
+        wait_for(lambda: any("retrying" in r.get("message", "") for r in daemon.records()),
+                 "retry at start", daemon)
+        proxy.counts("pause")  # the store recovers
+        wait_for(daemon.ready, "readiness", daemon)
+        rig.put("data/a.txt", b"a")
+        wait_for(lambda: cat.directory_table("vol").file_count() == 1, "the file", daemon)
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
+        proxy.stop()
+        rig.sqs.delete_queue(QueueUrl=rig.queue_url)
 
 
 @pytest.mark.slow
