@@ -120,6 +120,9 @@ class _Handler(FakeRequestHandler):
             response = conn.getresponse()
             payload = response.read()
             kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            if self.command == "HEAD":  # no body: the object's length is the upstream's header
+                kept += [(k, v) for k, v in response.getheaders()
+                         if k.lower() == "content-length"]
             return response.status, kept, payload
         finally:
             conn.close()
