@@ -229,6 +229,16 @@ def write_files(tmp_path: Path, warehouse: str) -> Path:
     return cfg
 
 
+def story(cat, paths: set[str]) -> list[tuple]:
+    """Every change of `paths` in the directory table (to tell what went wrong)."""
+    table = cat.directory_table("vol")
+    return [(r["relative_path"], r["_commit_version"], r["_change_type"], r["etag"],
+             str(r["_event_time"]), r["_sequencer"], r["last_modified_time"] and
+             str(r["last_modified_time"]))
+            for r in table.changes(0, table.version()).to_pylist()
+            if r["relative_path"] in paths]
+
+
 def _not_found(error_row: dict) -> bool:
     return "NotFound" in f"{error_row['error_type']} {error_row['error']}"
 
@@ -380,7 +390,8 @@ def test_daemon_killed_at_random_under_faults_loses_and_duplicates_nothing(
                "file_errors": len(errors),
                "file_errors_not_found": sum(map(_not_found, errors))}
     print("FAULT-SCENARIO " + json.dumps(figures))
-    assert not duplicates and not missing, (duplicates[:10], missing[:10])
+    assert not duplicates and not missing, (duplicates[:10], missing[:10], story(
+        cat, {p for p, *_ in duplicates[:5]} | set(missing[:5])))
     assert sorted((r["relative_path"], r["content"]) for r in rows) == sorted(
         (k, c) for k, (_, c) in want.items())
     # a file may fail only because it was deleted before the pipeline read it
