@@ -390,8 +390,11 @@ def test_daemon_killed_at_random_under_faults_loses_and_duplicates_nothing(
                "file_errors": len(errors),
                "file_errors_not_found": sum(map(_not_found, errors))}
     print("FAULT-SCENARIO " + json.dumps(figures))
-    assert not duplicates and not missing, (duplicates[:10], missing[:10], story(
-        cat, {p for p, *_ in duplicates[:5]} | set(missing[:5])))
+    if duplicates or missing:  # the whole story in a file (an assertion message is cut off)
+        told = story(cat, {p for p, *_ in duplicates[:20]} | set(missing[:20]))
+        (tmp_path / "story.json").write_text(json.dumps(told, indent=1, default=str))
+        print("FAULT-SCENARIO story: " + json.dumps(told, default=str))
+    assert not duplicates and not missing, (duplicates[:10], missing[:10])
     assert sorted((r["relative_path"], r["content"]) for r in rows) == sorted(
         (k, c) for k, (_, c) in want.items())
     # a file may fail only because it was deleted before the pipeline read it
