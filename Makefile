@@ -23,10 +23,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# hundreds of random histories against the oracle (tests/volume_stream/test_histories.py)
+# hundreds of random histories against the oracle (tests/volume_stream/test_histories.py), then
+# the full fault scenario: a daemon SIGKILLed 20 times under 10% faults while 500 files come and
+# go (tests/warehouse/test_fault_scenario.py; its figures are printed as a FAULT-SCENARIO line)
 soak: $(STAMP)
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py
+	VOLUME_STREAM_FAULT_PROFILE=full $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
+		tests/warehouse/test_fault_scenario.py -k killed_at_random
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -207,7 +207,7 @@ def plain_types(table: pa.Table) -> pa.Table:
 def read_matching(dt: DeltaTable, files: list[str], paths: list[str], columns: list[str],
                   ) -> pa.Table | None:
     """The rows of `paths` found in the given data files (paths relative to the table), in
-    one multi-threaded scan filtered as it reads. None when nothing matched."""
+    one scan filtered as it reads (multi-threaded for a local table). None when nothing matched."""
     if not files:
         return None
     dataset = _files_dataset(dt, files, columns)
@@ -215,7 +215,10 @@ def read_matching(dt: DeltaTable, files: list[str], paths: list[str], columns: l
     # Filtered batch by batch in memory, not as a scan filter: delta-rs files can disagree
     # on string vs string_view, which breaks pyarrow's statistics pruning.
     found = []
-    for batch in dataset.to_batches(columns=columns):
+    # a scan through delta-rs's storage handler stays single-threaded: threaded scans of
+    # delta-rs datasets can abort the process at exit (deltalake 1.6 with pyarrow 25/26)
+    local = isinstance(dataset.filesystem, pafs.LocalFileSystem)
+    for batch in dataset.to_batches(columns=columns, use_threads=local):
         keys = batch.column("relative_path")
         if not pa.types.is_string(keys.type):
             keys = keys.cast(pa.string())

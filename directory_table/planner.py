@@ -46,6 +46,10 @@ class Plan:
     ignored: int = 0
     #: CREATED events whose image equals the stored row
     unchanged: int = 0
+    #: REMOVED events of paths the table does not hold (yet), newer than their tombstone:
+    #: remembered as tombstones (no directory change), so that the CREATED they follow,
+    #: delivered late (a queue redelivers out of order), is recognised as older
+    remembered: list[FileEvent] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -108,12 +112,17 @@ def plan_changes(
                 plan.unchanged += 1
             else:
                 plan.updates.append(event)
-        else:
-            if row is not None and is_newer(event.sequencer, event.event_time,
-                                            row.sequencer, row.event_time) > 0:
+        elif row is not None:
+            if is_newer(event.sequencer, event.event_time, row.sequencer, row.event_time) > 0:
                 plan.deletes.append(event)
             else:
                 plan.ignored += 1
+        else:
+            plan.ignored += 1
+            tomb = tombstones.get(path)
+            if tomb is None or is_newer(event.sequencer, event.event_time, tomb.sequencer,
+                                        tomb.event_time) > 0:
+                plan.remembered.append(event)
     return plan
 
 

@@ -10,12 +10,36 @@ options.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyarrow import fs as pafs
 
+from connectors.errors import register_transient
+
 __all__ = ["filesystem_for", "list_names", "option", "s3_client", "split_s3"]
+
+
+#: what delta-rs (object_store) says when a store call failed for a reason a retry can outlive:
+#: its own retries were used up on 5xx/throttling answers, a dropped link or a cut-off body
+_DELTA_RS_TRANSIENT = re.compile(
+    r"error sending request|request or response body error|error reading a body|end of file "
+    r"before message length|connection (?:reset|closed|refused|error)|broken pipe|timed out|"
+    r"operation timed out|SlowDown|InternalError|Service ?Unavailable|Too Many Requests|"
+    r"status(?: code)?:? 5\d\d|Server returned non-2xx status code: 5\d\d|"
+    r"after \d+ retries", re.IGNORECASE)
+
+
+def _delta_rs_transient(exc: BaseException) -> bool:
+    """A delta-rs error about the store's transport or a 5xx answer (not a missing table, a
+    conflict or a bad request): worth a retry with backoff (`connectors.errors.is_transient`)."""
+    text = str(exc)
+    return ("Generic S3 error" in text or "Object Store" in text or "ObjectStore" in text
+            or "object store" in text) and bool(_DELTA_RS_TRANSIENT.search(text))
+
+
+register_transient(_delta_rs_transient)
 
 
 def option(options: dict[str, str] | None, *names: str) -> str | None:

@@ -185,6 +185,9 @@ class DirectoryTable:
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,
                              unchanged=plan.unchanged, events=len(events))
             if plan.empty:
+                if plan.remembered:  # no new version; a refresh listed at base_version
+                    # or later may still name the path (its listing wins, as before)
+                    self._write_tombstones(plan.remembered, datetime.now(UTC), base_version)
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
                 self._commit(dt, layout, base_version, plan)
@@ -213,6 +216,7 @@ class DirectoryTable:
             plan.deletes += part.deletes
             plan.ignored += part.ignored
             plan.unchanged += part.unchanged
+            plan.remembered += part.remembered
         return plan
 
     def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan) -> None:
@@ -220,8 +224,8 @@ class DirectoryTable:
         now = datetime.now(UTC)
         props = CommitProperties(max_commit_retries=0,
                                  custom_metadata={_COMMIT_TS_KEY: now.isoformat()})
-        if plan.deletes:
-            self._write_tombstones(plan.deletes, now, version)
+        if plan.deletes or plan.remembered:
+            self._write_tombstones(plan.deletes + plan.remembered, now, version)
         changed = plan.inserts + plan.updates
         rows = self._rows(changed, version, now)
         if not plan.updates and not plan.deletes:

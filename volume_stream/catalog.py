@@ -295,6 +295,16 @@ class Catalog:
         """
         return self.streams.records_between(name, spec, volume, a, b)
 
+    def pin_batch(self, name: str, *, end: int | None = None
+                  ) -> tuple[pa.Table, dict[str, Any], int, int]:
+        """(records, spec, a, b): the stream's next batch, its range (a, b] recorded in the
+        catalog with `spec["batch_id"]` before anything consumes it (DESIGN §5), so a retry of
+        that batch id sees exactly this range. What `consume` and pipelines start with; move
+        the offset afterwards with `commit_offset(name, id, a, b, batch_id)`. `end` proposes
+        the end version when none is recorded yet.
+        """
+        return self.streams.pin(name, end=end)
+
     def read_stream_arrow(self, name: str) -> pa.Table:
         """`read_stream` as a pyarrow Table (no Spark needed)."""
         return self.streams.pending(name)[0]
@@ -320,7 +330,7 @@ class Catalog:
             >>> with cat.consume("s") as batch:
             ...     batch.df.write.mode("append").parquet("/out")
         """
-        records, spec, a, b = self.streams.pin(name)  # a retry of this batch id gets (a, b]
+        records, spec, a, b = self.pin_batch(name)  # a retry of this batch id gets (a, b]
         batch = Batch(stream=name, records=records, start_version=a, end_version=b,
                       batch_id=spec["batch_id"], _spark=lambda: self.spark)
         yield batch

@@ -83,7 +83,26 @@ def test_overwrites_deletes_duplicates_reordered_events_match_an_oracle(table):
             elif current and e.event_time > current[1]:
                 del oracle[e.relative_path]
                 removed[e.relative_path] = e.event_time
+            elif not current and (gone is None or e.event_time > gone):
+                removed[e.relative_path] = e.event_time  # a delete is remembered either way
     assert state(table) == {p: v[0] for p, v in oracle.items()}
+
+
+def test_a_delete_that_arrives_before_its_create_is_remembered(table):
+    """A queue redelivers out of order: the REMOVED of a file arrives (and is committed) before
+    the CREATED it followed. The delete leaves a tombstone although the table never held the
+    file, so the late, older CREATED does not bring back a file that is gone (found by the
+    fault scenario: a SIGKILLed daemon's unacknowledged CREATED came back after the delete)."""
+    r = table.apply([rm("gone.txt", t(5))])
+    assert r.version is None                                          # nothing to delete yet
+    r = table.apply([put("gone.txt", 1, t(3))])                       # the late create
+    assert (r.version, r.ignored) == (None, 1)
+    assert state(table) == {}
+    seq = table.apply([rm("s.txt", t(1), seq="00B0")])                 # S3 sequencers
+    assert seq.version is None
+    assert table.apply([put("s.txt", 1, t(9), seq="00A0")]).version is None
+    assert table.apply([put("s.txt", 2, t(0), seq="00C0")]).version == 1   # newer: it is back
+    assert state(table) == {"s.txt": 2}
 
 
 def test_tombstones_across_buckets_block_late_creates(table):

@@ -14,10 +14,14 @@ the real services send them, so SDKs classify and retry them as they would in pr
 
 from __future__ import annotations
 
+import argparse
 import http.client
+import json
 import random
+import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -25,7 +29,12 @@ from urllib.parse import urlparse
 
 from tests.fakes._http import FakeHTTPServer, FakeRequestHandler, new_request_id
 
-__all__ = ["FAULTS", "FaultyProxy"]
+__all__ = ["CONTROL_PATH", "COUNTS_PATH", "FAULTS", "FaultyProxy", "main"]
+
+#: the proxy's own paths (answered by it, never forwarded): `.../counts` answers its counts as
+#: JSON; `.../pause` and `.../resume` stop and restart the faults (answering the counts too)
+CONTROL_PATH = "/__faulty_proxy__/"
+COUNTS_PATH = CONTROL_PATH + "counts"
 
 #: the kinds of fault, drawn with equal weight unless `faults` says otherwise
 FAULTS = ("error500", "slowdown503", "reset", "truncate", "latency")
@@ -62,6 +71,15 @@ class _Handler(FakeRequestHandler):
     def _any(self) -> None:
         state: _State = self.server.state
         body = self.read_body()
+        if self.path.startswith(CONTROL_PATH):  # the proxy's own, never forwarded nor faulted
+            if self.path.endswith("/pause"):
+                state.enabled = False
+            elif self.path.endswith("/resume"):
+                state.enabled = True
+            with state.lock:
+                payload = json.dumps(dict(state.counts)).encode()
+            self.respond(200, payload, {"Content-Type": "application/json"})
+            return
         fault = state.draw()
         if fault == "reset":
             state.count(fault)
@@ -102,6 +120,9 @@ class _Handler(FakeRequestHandler):
             response = conn.getresponse()
             payload = response.read()
             kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            if self.command == "HEAD":  # no body: the object's length is the upstream's header
+                kept += [(k, v) for k, v in response.getheaders()
+                         if k.lower() == "content-length"]
             return response.status, kept, payload
         finally:
             conn.close()
@@ -170,3 +191,32 @@ class FaultyProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tests.fakes.faulty_proxy UPSTREAM --rate 0.1 --seed 7`: the proxy in its own
+    process (so that a test process busy in delta-rs never stalls it); prints its endpoint on
+    one line, serves its counts at `COUNTS_PATH`, and stops on SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("upstream")
+    parser.add_argument("--rate", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help=f"comma-separated kinds among {', '.join(FAULTS)}")
+    args = parser.parse_args(argv)
+    proxy = FaultyProxy(args.upstream, rate=args.rate, seed=args.seed, latency_s=args.latency,
+                        faults=tuple(args.faults.split(","))).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(proxy.endpoint, flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    proxy.stop()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

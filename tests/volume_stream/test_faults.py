@@ -33,6 +33,15 @@ def test_the_proxy_injects_every_kind_of_fault_and_sdk_retries_absorb_them(aws_e
     assert counts["forwarded"] >= 40
 
 
+def test_the_proxy_keeps_the_length_of_a_head_answer(aws_env, rig):
+    """HEAD has no body: the object's length is the upstream's Content-Length (a proxy that
+    answered 0 made pyarrow's S3 report every Parquet file as 0 bytes)."""
+    rig.put("k", b"x" * 1234)
+    with FaultyProxy(aws_env, rate=0) as proxy:
+        s3 = boto3.client("s3", endpoint_url=proxy.endpoint, region_name="us-east-1")
+        assert s3.head_object(Bucket=rig.bucket, Key="k")["ContentLength"] == 1234
+
+
 def _bucket(rig) -> dict[str, int]:
     pages = rig.s3.get_paginator("list_objects_v2").paginate(Bucket=rig.bucket, Prefix="in/")
     return {o["Key"][3:]: o["Size"] for page in pages for o in page.get("Contents", [])}

@@ -1,7 +1,10 @@
 """Random histories against an oracle (issue 16): a hypothesis state machine writes, overwrites,
 renames, touches and deletes files with odd names in a real folder, refreshes the volume, and
 creates and consumes STANDARD and APPEND_ONLY streams (with and without initial rows, the
-consumer's block succeeding or raising). Every result is checked against an oracle computed from
+consumer's block succeeding or raising). Some histories keep the volume current with a refresh
+after changes, others with the local listener (real inotify, drained through the volume's
+`VolumeWatcher` as `Catalog.watch` does, until the listener is idle and the table holds the
+folder; a refresh then must change nothing: listener and refresh agree). Every result is checked against an oracle computed from
 snapshots of the folder alone:
 
 * the directory table after a refresh = the folder's listing (unsafe names left out, counted);
@@ -10,19 +13,24 @@ snapshots of the folder alone:
 * the offset and batch id move only when the block succeeds; a retry after a failure sees
   exactly the range pinned first (DESIGN §5).
 
+With the listener a change of the folder may take several commits (a rename: a delete and a
+create); the oracle's versions are then the table's versions at the end of each drain, and a
+record's commit version is compared as the drain that wrote it.
+
 Arrow read path only (no Spark), so a history costs a few Delta commits per step. Profiles:
 `fast` (default, part of `make test`) and `soak` (`make soak`: HYPOTHESIS_PROFILE=soak).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -118,13 +126,25 @@ class Histories(RuleBasedStateMachine):
     streams = Bundle("streams")
 
     @initialize(target=streams, modes=st.lists(st.tuples(
-        st.sampled_from(["STANDARD", "APPEND_ONLY"]), st.booleans()), min_size=1, max_size=3))
-    def setup(self, modes):
+        st.sampled_from(["STANDARD", "APPEND_ONLY"]), st.booleans()), min_size=1, max_size=3),
+        listener=st.sampled_from([False, False, True]))
+    def setup(self, modes, listener):
         self.tmp = tempfile.mkdtemp(prefix="vs-history-")
         self.root = os.path.join(self.tmp, "data")
         os.mkdir(self.root)
         self.cat = vs.connect(os.path.join(self.tmp, "wh"))
-        self.cat.create_volume("v", self.root)
+        self.watcher = None
+        event("kept current by " + ("the listener" if listener else "refresh"))
+        if listener:  # files arrive complete (renamed into place) from a staging folder
+            self.staging = os.path.join(self.tmp, "staging")
+            os.mkdir(self.staging)
+            self.cat.create_volume("v", self.root,
+                                   notification=vs.LocalNotification(debounce_s=0.02))
+            self.watcher = self.cat.watcher("v")
+        else:
+            self.cat.create_volume("v", self.root)
+        #: the table's version at the end of each oracle version (a drain may commit several)
+        self.real = [0]
         self.oracle = Oracle()
         self.models: dict[str, StreamModel] = {}
         self.counter = 0
@@ -132,6 +152,8 @@ class Histories(RuleBasedStateMachine):
         return multiple(*(self.create_stream(mode, initial) for mode, initial in modes))
 
     def teardown(self):
+        if getattr(self, "watcher", None) is not None:
+            self.watcher.close()
         if getattr(self, "tmp", None):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -167,10 +189,18 @@ class Histories(RuleBasedStateMachine):
     def write(self, name, size, then_refresh):
         path = self._path(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
+        staged = os.path.join(self.staging, "f") if self.watcher else path
+        with open(staged, "wb") as f:
             f.write(os.urandom(size))
-        self._stamp(path, 0)
-        if then_refresh:
+        self._stamp(staged, 0)
+        if self.watcher:
+            os.replace(staged, path)
+        self._then(then_refresh)
+
+    def _then(self, then_refresh: bool) -> None:
+        if self.watcher:
+            self.drain()  # each change drained: the oracle knows the folder between changes
+        elif then_refresh:
             self.refresh()
 
     @rule(name=st.sampled_from(NAMES), then_refresh=st.booleans())
@@ -179,16 +209,14 @@ class Histories(RuleBasedStateMachine):
             os.remove(self._path(name))
         except FileNotFoundError:
             pass
-        if then_refresh:
-            self.refresh()
+        self._then(then_refresh)
 
     @rule(src=st.sampled_from(NAMES), dst=st.sampled_from(NAMES), then_refresh=st.booleans())
     def rename(self, src, dst, then_refresh):
         if src != dst and os.path.exists(self._path(src)):
             os.makedirs(os.path.dirname(self._path(dst)), exist_ok=True)
             os.replace(self._path(src), self._path(dst))
-        if then_refresh:
-            self.refresh()
+        self._then(then_refresh)
 
     @rule(name=st.sampled_from(SAFE), offset_s=st.sampled_from([-3600, 3600, 1]),
           then_refresh=st.booleans())
@@ -196,17 +224,52 @@ class Histories(RuleBasedStateMachine):
         """A new mtime (an hour behind, ahead, or now): the documented rule calls it a change."""
         if os.path.exists(self._path(name)):
             self._stamp(self._path(name), offset_s)
-        if then_refresh:
-            self.refresh()
+        self._then(then_refresh)
 
     # ------------------------------------------------------------------ the volume
+    def _images(self) -> dict[str, Image]:
+        snap = self.cat.directory_table("v").snapshot(columns=["relative_path", "size", "etag"])
+        return {p: (s, e) for p, s, e in zip(snap["relative_path"].to_pylist(),
+                                             snap["size"].to_pylist(),
+                                             snap["etag"].to_pylist(), strict=True)}
+
+    def drain(self):
+        """Run the watcher's steps until the listener is idle and the table holds the folder
+        (waiting on that condition; a listener that misses a change fails the deadline)."""
+        listing, _ = self._listing()
+        deadline = time.monotonic() + 30
+        while True:
+            step = self.watcher.step(0.05)
+            if step.idle and self._images() == listing:
+                break
+            assert time.monotonic() < deadline, ("the listener never caught up",
+                                                 self._images(), listing)
+        version = self.cat.directory_table("v").version()
+        if self.oracle.commit(listing) is None:
+            assert version == self.real[-1]  # nothing changed, nothing committed
+        else:
+            assert version > self.real[-1]
+            self.real.append(version)
+
+    def _logical(self, version: int) -> int:
+        """The oracle version (drain) whose commits include the table's `version`."""
+        return bisect.bisect_left(self.real, version)
+
+    def rows(self, table) -> list[tuple]:
+        return sorted((c, p, s, e, self._logical(v)) for c, p, s, e, v in rows(table))
+
     @rule()
     def refresh(self):
+        if self.watcher:
+            self.drain()
         listing, unsafe = self._listing()
         before = self.oracle.versions[-1]
         m = self.cat.refresh("v")
         expected = self.oracle.commit(listing)
         assert m.version == expected, (m, expected)
+        if expected is not None:
+            assert not self.watcher, "the listener and refresh disagree on what changed"
+            self.real.append(m.version)
         assert m.invalid_paths == unsafe
         after = self.oracle.versions[-1]
         assert m.inserted == len(after.keys() - before.keys())
@@ -218,12 +281,9 @@ class Histories(RuleBasedStateMachine):
     def table_is_the_latest_snapshot(self):
         if not hasattr(self, "cat"):
             return
-        snap = self.cat.directory_table("v").snapshot(columns=["relative_path", "size", "etag"])
-        got = {p: (s, e) for p, s, e in zip(snap["relative_path"].to_pylist(),
-                                            snap["size"].to_pylist(),
-                                            snap["etag"].to_pylist(), strict=True)}
+        got = self._images()
         assert got == {p: img for p, (img, _) in self.oracle.versions[-1].items()}
-        assert self.cat.directory_table("v").version() == self.oracle.latest
+        assert self.cat.directory_table("v").version() == self.real[-1]
 
     # ------------------------------------------------------------------ streams
     @rule(target=streams, mode=st.sampled_from(["STANDARD", "APPEND_ONLY"]),
@@ -232,14 +292,14 @@ class Histories(RuleBasedStateMachine):
         self.counter += 1
         name = f"s{self.counter}"
         spec = self.cat.create_stream(name, "v", mode=mode, show_initial_rows=initial)
-        assert spec["offset"] == self.oracle.latest
+        assert spec["offset"] == self.real[-1]
         self.models[name] = StreamModel(mode, self.oracle.latest, initial)
         return name
 
     @rule(name=streams)
     def read(self, name):
         s = self.models[name]
-        assert rows(self.cat.read_stream_arrow(name)) == self.oracle.records(
+        assert self.rows(self.cat.read_stream_arrow(name)) == self.oracle.records(
             s, s.offset, self.oracle.latest)
 
     @rule(name=streams, fail=st.booleans())
@@ -251,8 +311,8 @@ class Histories(RuleBasedStateMachine):
         try:
             with self.cat.consume(name) as batch:
                 assert (batch.start_version, batch.end_version, batch.batch_id) == \
-                    (a, b, s.batch_id)
-                assert rows(batch.records) == self.oracle.records(s, a, b)
+                    (self.real[a], self.real[b], s.batch_id)
+                assert self.rows(batch.records) == self.oracle.records(s, a, b)
                 if fail:
                     raise SinkFailed(name)
         except SinkFailed:
@@ -262,7 +322,7 @@ class Histories(RuleBasedStateMachine):
             if moves:
                 s.offset, s.batch_id, s.initial, s.pinned = b, s.batch_id + 1, False, None
         info = self.cat.describe_stream(name)
-        assert (info["offset"], info["batch_id"]) == (s.offset, s.batch_id)
+        assert (info["offset"], info["batch_id"]) == (self.real[s.offset], s.batch_id)
 
     @precondition(lambda self: any(m.pinned is not None for m in self.models.values()))
     @rule(data=st.data(), size=st.integers(0, 40), fail=st.booleans())

@@ -70,6 +70,8 @@ EXPECTED = [("a.txt", "A"), ("b.txt", "B"), ("c.txt", "C"), ("d.txt", "D")]
 
 @pytest.mark.slow  # ~30 s per case on a loaded 2-core machine: each starts its own Spark JVM
 @pytest.mark.parametrize("point, committed_before_crash, resumed", [
+    # the range recorded in the catalog with batch id 0, nothing written yet
+    ("after_pin", ([], 0), 0),
     # every chunk committed to both tables, killed before the offset moved
     ("after_target_commit", (EXPECTED, 1), 5),
     # chunk 1 (a, b) committed; chunk 2's errors committed (bad), its target rows (c) not
@@ -88,7 +90,10 @@ def test_killed_between_commits_then_rerun_writes_each_row_once(
     target_rows, n_errors = committed_before_crash
     assert rows(target) == target_rows
     assert len(rows(target + "_errors")) == n_errors
-    assert catalog.describe_stream("s")["offset"] == 0  # killed before the offset commit
+    info = catalog.describe_stream("s")
+    assert info["offset"] == 0  # killed before the offset commit
+    # the batch's range is in the catalog (not only in the target's progress)
+    assert (info["batch_id"], info["pinned_end"]) == (0, 1)
 
     (data_dir / "late.txt").write_text("L")  # the volume moves on before the rerun
     catalog.refresh("vol")

@@ -42,11 +42,36 @@ def test_diff_kinds():
                    ("CREATED", "untagged"), ("REMOVED", "gone")]
     assert invalid == 0
     assert all(e.source_id == "refresh" for e in events)
-    # a CREATED carries the object's own time; a REMOVED the ordering key of the image it
-    # removes, so only a newer event can bring the path back
+    # a CREATED carries the object's own time; a REMOVED the sequencer of the image it removes
+    # and the listing's time (the file was gone when the listing began), so only an event newer
+    # than both can bring the path back
     (gone,) = [e for e in events if e.kind is EventKind.REMOVED]
-    assert (gone.sequencer, gone.event_time) == ("0A", T - timedelta(hours=1))
+    assert (gone.sequencer, gone.event_time) == ("0A", T + timedelta(minutes=5))
     untagged = next(e for e in events if e.relative_path == "untagged")
     assert untagged.event_time == T + timedelta(seconds=1)
     assert next(e for e in events if e.kind is EventKind.CREATED and
                 e.relative_path == "new").size == 5
+
+
+def test_a_late_event_of_an_image_a_refresh_removed_does_not_bring_it_back(tmp_path):
+    """A listing reports LastModified in whole seconds, the queue's event of the same write
+    carries milliseconds: a file inserted by one refresh and found gone by the next must not
+    come back when the queue (re)delivers that write's event late (after a crash, say). Found
+    by the fault scenario: APPEND_ONLY showed such images twice."""
+    from connectors.events import FileEvent
+    from directory_table import DirectoryTable
+
+    dt = DirectoryTable.create(str(tmp_path / "vol"), "s3://b/", buckets=4)
+    written = T.replace(microsecond=0)  # the listing's LastModified of the write at T
+    listing = table([("f", 1, written, "e1")])
+    events, _ = diff_listing(listing, dt.snapshot(), T + timedelta(seconds=5))
+    assert dt.apply(events, listed_at_version=0).version == 1
+    stored = dt.snapshot(columns=["relative_path", "size", "last_modified_time", "etag",
+                                  "_sequencer", "_event_time"])
+    events, _ = diff_listing(table([]), stored, T + timedelta(minutes=1))  # deleted meanwhile
+    assert dt.apply(events, listed_at_version=1).version == 2
+    late = FileEvent.created("f", size=1, etag="e1", last_modified_time=T, event_time=T)
+    assert dt.apply([late]).version is None  # the write the listing already saw gone
+    newer = FileEvent.created("f", size=2, etag="e2", last_modified_time=T,
+                              event_time=T + timedelta(minutes=2))
+    assert dt.apply([newer]).version == 3  # written after the listing: back

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from connectors.errors import is_transient
 from volume_stream._spark import get_spark
 from volume_stream.catalog import connect
 from volume_stream.config.settings import Settings
@@ -228,7 +230,8 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
     settings = Settings()
     where = warehouse or (_resolve(spec.base_dir, spec.warehouse) if spec.warehouse
                           else settings.warehouse)
-    catalog = connect(where, storage_options=settings.storage_options, spark=spark)
+    catalog = _retrying("opening the warehouse", lambda: connect(
+        where, storage_options=settings.storage_options, spark=spark))
     if spec.create.volume is not None:
         v = spec.create.volume
         if v.name not in {x["name"] for x in catalog.list_volumes()}:
@@ -244,12 +247,13 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
             raise ConfigError("[create.stream] needs `volume` (or a [create.volume] section)")
         catalog.create_stream(spec.stream, on_volume=on, mode=s.mode,
                               show_initial_rows=s.show_initial_rows)
-    volume = catalog.describe_stream(spec.stream).get("volume")
+    volume = _retrying(f"stream {spec.stream}",
+                       lambda: catalog.describe_stream(spec.stream)).get("volume")
     if volume is None:
         raise ConfigError(f"stream {spec.stream!r} is on a table; file pipelines read streams "
                           f"on volumes")
     if spec.refresh:
-        m = catalog.refresh(volume)
+        m = _retrying(f"refresh of {volume}", lambda: catalog.refresh(volume))
         log.info("refreshed %s: +%d ~%d -%d", volume, m.inserted, m.updated, m.deleted)
     if spec.drain:
         catalog.watch(volume, until_idle=True, timeout=spec.drain_timeout_s,
@@ -262,7 +266,7 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
                                 **spec.options.model_dump(exclude_none=True))
     result = JobResult()
     for _ in range(spec.max_batches if spec.until_empty else 1):
-        metrics = pipeline.run_once()
+        metrics = _retrying(f"stream {spec.stream} batch", pipeline.run_once)
         empty = metrics.start_version == metrics.end_version and not metrics.files_seen
         if empty and result.batches:
             break  # nothing more pending: not a batch (a run with nothing at all reports one)
@@ -272,6 +276,25 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
     if spec.fail_on_file_errors and result.files_failed:
         result.exit_code = EXIT_FILE_ERRORS
     return result
+
+
+#: attempts of a step that fails transiently (a store answering 503, a body cut off): a batch
+#: is safe to run again (its range is pinned in the catalog; its target skips what it holds)
+_ATTEMPTS, _BACKOFF_S, _BACKOFF_MAX_S = 5, 0.5, 10.0
+
+
+def _retrying(what: str, step: Any) -> Any:
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            return step()
+        except Exception as exc:
+            if attempt == _ATTEMPTS or not is_transient(exc):
+                raise
+            delay = min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1))
+            log.warning("%s failed (attempt %d of %d), retrying in %.1fs: %s: %s", what,
+                        attempt, _ATTEMPTS, delay, type(exc).__name__, exc)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str] | None = None) -> int:

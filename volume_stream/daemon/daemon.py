@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from connectors.errors import is_transient
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.daemon import DaemonConfig, VolumeConfig
 from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
@@ -64,11 +65,11 @@ class Daemon:
                  metrics: DaemonMetrics | None = None,
                  open_watcher: Callable[[str], VolumeWatcher] | None = None) -> None:
         self.config = config
-        self.catalog = catalog or connect(config.warehouse,
-                                          storage_options=config.storage_options)
+        self._stop = threading.Event()
+        self.catalog = catalog or self._retrying("opening the warehouse", lambda: connect(
+            config.warehouse, storage_options=config.storage_options))
         self.metrics = metrics or DaemonMetrics()
         self._open_watcher = open_watcher or self.catalog.watcher
-        self._stop = threading.Event()
         #: the one Spark session of in-process pipelines and of the Spark Connect server
         self.spark = SharedSpark(config.spark, master=config.spark_master)
         self._spark_thread: threading.Thread | None = None
@@ -155,7 +156,7 @@ class Daemon:
         if self._started:
             raise RuntimeError(f"{self!r} was already started")
         self._started = True
-        self.prepare()
+        self._retrying("preparing volumes and streams", self.prepare)
         cfg = self.config
         if cfg.metrics.enabled:
             self.server = MetricsServer(self.metrics, health=self.health, ready=self.readiness,
@@ -188,6 +189,25 @@ class Daemon:
                  sorted(self.runners), sorted(self.pipelines), cfg.warehouse,
                  extra={"pid": os.getpid()})
         return self
+
+    def _retrying(self, what: str, step: Callable[[], Any]) -> Any:
+        """`step()`, retried with the loops' backoff while it fails transiently (a store that
+        answers 503 or drops the link as the daemon starts); other errors are raised at once."""
+        failures = 0
+        while True:
+            try:
+                return step()
+            except Exception as exc:
+                if not is_transient(exc) or self._stop.is_set():
+                    raise
+                failures += 1
+                tuning = self.config.daemon
+                delay = min(tuning.backoff_max_s,
+                            tuning.backoff_initial_s * 2 ** min(failures - 1, 30))
+                log.warning("daemon: %s failed (%s), retrying in %.2fs: %s", what,
+                            type(exc).__name__, delay, exc, extra={"failures": failures})
+                if self._stop.wait(delay):
+                    raise
 
     def _start_spark(self) -> None:
         try:

@@ -1,11 +1,12 @@
 """One pipeline run on the driver: pin the stream's range, plan the files, run them on Spark in
 chunks, commit each chunk to Delta, then move the stream's offset.
 
-The order of commits is what makes a crash harmless (DESIGN §5): for each chunk the errors
-table is committed first, then the target, each with the batch's progress as Delta app
-transactions (`pipelines.sink`); the offset moves only after the last chunk. A rerun after a
-crash anywhere reads that progress back: it pins the same end version (even if the volume moved
-on), skips the files already committed, and finishes the batch. `VOLUME_STREAM_TEST_CRASH_AT`
+The order of commits is what makes a crash harmless (DESIGN §5): the batch's range is recorded
+in the catalog with its batch id first (`Catalog.pin_batch`, as `consume` does); then for each
+chunk the errors table is committed, then the target, each with the batch's progress as Delta
+app transactions (`pipelines.sink`); the offset moves only after the last chunk. A rerun after
+a crash anywhere gets the same range back from the catalog (even if the volume moved on), skips
+the files its target already holds, and finishes the batch; the next batch takes the rest. `VOLUME_STREAM_TEST_CRASH_AT`
 is a test hook that SIGKILLs the process at a named point (see `crash_point`).
 
     metrics = run_batch(pipeline)
@@ -58,7 +59,8 @@ CRASH_ENV = "VOLUME_STREAM_TEST_CRASH_AT"
 def crash_point(name: str) -> None:
     """Die at once, like a power cut, if `$VOLUME_STREAM_TEST_CRASH_AT` names this point.
 
-    Points: `after_errors_commit` (a chunk's errors committed, its target rows not),
+    Points: `after_pin` (the batch's range recorded in the catalog, nothing written),
+    `after_errors_commit` (a chunk's errors committed, its target rows not),
     `after_target_commit` (all output committed, offset not moved). Only tests set the
     variable (tests/volume_stream/test_pipeline_crash.py); it is read here and nowhere else.
     """
@@ -71,11 +73,6 @@ def app_id_for(stream: str, spec: dict[str, Any]) -> str:
     is dropped and re-created (batch ids restart at 0) is a new application."""
     ident = f"{spec['volume_id']}|{spec['created_at']}".encode()
     return f"volume-stream/{stream}/{hashlib.sha256(ident).hexdigest()[:16]}"
-
-
-def changes_between(catalog: Any, name: str, spec: dict, volume: Any, a: int, b: int) -> pa.Table:
-    """The stream's change records for exactly (a, b] (a retry must see the range it pinned)."""
-    return catalog.records_between(name, spec, volume, a, b)
 
 
 def plan_items(records: pa.Table, options: Any) -> pa.Table:
@@ -152,12 +149,24 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
     tprog = tprog if tprog is not None and tprog.batch_id == batch_id else None
     eprog = eprog if eprog is not None and eprog.batch_id == batch_id else None
     pinned = tprog or eprog
-    end = pinned.end_version if pinned else catalog.latest_version(volume)
+    # the range is recorded in the catalog with the batch id before anything runs (DESIGN §5);
+    # a target written before that record existed proposes its own end
+    records, now, pinned_a, end = catalog.pin_batch(
+        stream, end=pinned.end_version if pinned else None)
+    if (pinned_a, now["batch_id"], now["volume_id"]) != (a, batch_id, spec["volume_id"]):
+        raise ConsumeConflictError(stream, a, pinned_a)  # another run finished this batch
+    if pinned is not None and pinned.end_version not in (None, end):
+        raise VolumeStreamError(
+            f"stream {stream!r} batch {batch_id} is recorded in the catalog as versions "
+            f"({a}, {end}] but {pipeline.target_uri} holds part of it as ({a}, "
+            f"{pinned.end_version}]: the warehouse's catalog was reset or restored; use a new "
+            f"target or re-create the stream")
+    crash_point("after_pin")
     metrics: dict[str, Any] = {"stream": stream, "target": pipeline.target_uri,
                                "batch_id": batch_id, "start_version": a, "end_version": end}
     if a == end and not spec["initial_pending"]:
         return PipelineMetrics(**metrics, seconds=time.monotonic() - started)
-    items = plan_items(changes_between(catalog, stream, spec, volume, a, end), opts)
+    items = plan_items(records, opts)
     fingerprint = _fingerprint(items)
     if pinned is not None and pinned.plan != fingerprint:
         raise VolumeStreamError(

@@ -7,6 +7,7 @@ warehouse catalog (`commit_offset`), so two racing consumers cannot both move on
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,39 +134,47 @@ class StreamRegistry:
         a, b = spec["offset"], self.latest_version(volume)
         return self.records_between(name, spec, volume, a, b), spec, a, b
 
-    def pin(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
+    def pin(self, name: str, *, end: int | None = None
+            ) -> tuple[pa.Table, dict[str, Any], int, int]:
         """(records, spec, a, b) of the stream's next batch, its range recorded with its batch id.
 
         Like Spark's offset log: before a consumer runs, (a, b] is written to the catalog beside
         the batch id, so a retry of that batch id after a failure sees exactly (a, b] even if
-        files arrived meanwhile (they go to the next batch). An unchanged offset with nothing
-        pending is not recorded. (Streams on tables are not pinned yet: their next batch is what
-        is pending when it runs.)
+        files (or rows, for a stream on a table) arrived meanwhile: they go to the next batch.
+        An unchanged offset with nothing pending is not recorded. `end` proposes the end to
+        record when none is yet (a pipeline whose target already holds part of this batch,
+        written before its range was recorded); a range already recorded wins.
         """
         stored = entry(self.warehouse.read(), STREAM, name)
         if tstreams.is_table_stream(stored):
-            return tstreams.pending(self.tables, stored)
-        spec, volume = self.spec(name)
+            spec, ident = stored, "table_id"
+            latest = functools.partial(tstreams.latest_version, self.tables, spec)
+            between = functools.partial(tstreams.records, self.tables, spec)
+        else:
+            spec, volume = self.spec(name)
+            ident = "volume_id"
+            latest = functools.partial(self.latest_version, volume)
+            between = functools.partial(self.records_between, name, spec, volume)
         a, batch_id = spec["offset"], spec["batch_id"]
-        end = _pinned_end(spec)
-        if end is None:
-            b = self.latest_version(volume)
+        pinned = _pinned_end(spec)
+        if pinned is None:
+            b = latest() if end is None else end
             if a == b and not spec["initial_pending"]:
-                return self.records_between(name, spec, volume, a, b), spec, a, b
+                return between(a, b), spec, a, b
 
             def record(state: CatalogState) -> int:
                 current = entry(state, STREAM, name)
-                if current["volume_id"] != spec["volume_id"] or current["offset"] != a \
+                if current.get(ident) != spec[ident] or current["offset"] != a \
                         or current["batch_id"] != batch_id:
                     raise ConsumeConflictError(name, a, current["offset"])
-                pinned = _pinned_end(current)
-                if pinned is not None:  # another consumer pinned this batch first
-                    return pinned
+                already = _pinned_end(current)
+                if already is not None:  # another consumer pinned this batch first
+                    return already
                 current["pinned"] = {"batch_id": batch_id, "start": a, "end": b}
                 return b
 
-            end = self.warehouse.mutate(record)
-        return self.records_between(name, spec, volume, a, end), spec, a, end
+            pinned = self.warehouse.mutate(record)
+        return between(a, pinned), spec, a, pinned
 
     def records_between(self, name: str, spec: dict[str, Any], volume: VolumeSpec, a: int,
                         b: int) -> pa.Table:
@@ -199,7 +208,7 @@ class StreamRegistry:
     def describe(self, name: str) -> dict[str, Any]:
         stored = entry(self.warehouse.read(), STREAM, name)
         if tstreams.is_table_stream(stored):
-            return tstreams.describe(self.tables, stored)
+            return {**tstreams.describe(self.tables, stored), "pinned_end": _pinned_end(stored)}
         spec, volume = self.spec(name)
         with converted(f"stream {name!r}"):
             table = self.volumes.table(volume)

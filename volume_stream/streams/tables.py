@@ -15,7 +15,8 @@ from volume_stream.errors import AlreadyExistsError, InvalidInputError
 from volume_stream.tables import TableStore, check_table, new_spec, records_between
 from volume_stream.warehouse import STREAM, CatalogState, Warehouse
 
-__all__ = ["check_target", "create", "describe", "is_table_stream", "pending"]
+__all__ = ["check_target", "create", "describe", "is_table_stream", "latest_version", "pending",
+           "records"]
 
 
 def is_table_stream(spec: dict[str, Any]) -> bool:
@@ -49,10 +50,22 @@ def pending(store: TableStore, spec: dict[str, Any]) -> tuple[pa.Table, dict[str
     return records_between(store, spec, a, b), spec, a, b
 
 
+def latest_version(store: TableStore, spec: dict[str, Any]) -> int:
+    """The latest version of the stream's table (NotFoundError if it was dropped or replaced)."""
+    check_table(store, spec)
+    return store.version(spec["table"])
+
+
+def records(store: TableStore, spec: dict[str, Any], a: int, b: int) -> pa.Table:
+    """The stream's records for exactly (a, b] (a retry of a pinned batch sees the same)."""
+    check_table(store, spec)
+    return records_between(store, spec, a, b)
+
+
 def describe(store: TableStore, spec: dict[str, Any]) -> dict[str, Any]:
     check_table(store, spec)
     table = spec["table"]
-    info = {k: v for k, v in spec.items() if k != "table_id"}
+    info = {k: v for k, v in spec.items() if k not in ("table_id", "pinned")}
     info["latest_version"] = store.version(table)
     info["oldest_version"] = store.oldest_version(table)
     info["stale"] = spec["offset"] < info["oldest_version"]

@@ -24,7 +24,8 @@ __all__ = ["diff_listing", "diff_listing_spark", "read_listing"]
 _KEYS = ["relative_path", "size", "etag", "last_modified_time"]
 _STORED = ["size_stored", "etag_stored", "last_modified_time_stored"]
 #: kept from the stored row for REMOVED events: a delete found by a listing inherits the
-#: ordering key of the image it removes, so only a newer event can bring the path back
+#: sequencer of the image it removes and the later of its time and the listing's, so only an
+#: event newer than both can bring the path back
 _ORDER = ["_sequencer", "_event_time"]
 
 
@@ -114,6 +115,9 @@ def _events(joined: pa.Table, listed_at: datetime, store_times: bool,
     gone = removes.select(["relative_path", *_ORDER]).to_pydict()
     for path, seq, evt in zip(gone["relative_path"], gone["_sequencer"], gone["_event_time"],
                               strict=True):
+        # gone when the listing began: any write older than that is gone too, even one whose
+        # event (ms, from the queue) looks newer than the row a listing wrote (whole seconds)
         events.append(FileEvent(EventKind.REMOVED, path, sequencer=seq,
-                                event_time=evt or listed_at, source_id="refresh"))
+                                event_time=max(evt, listed_at) if evt else listed_at,
+                                source_id="refresh"))
     return events, invalid

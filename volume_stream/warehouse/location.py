@@ -15,14 +15,15 @@ warehouse on an object store never touches local disk.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyarrow import fs as pafs
 
+from connectors.errors import is_transient
 from connectors.secrets import is_secret
 from directory_table.storage import filesystem_for, list_names, s3_client, split_s3
 from volume_stream.errors import ConfigError, WarehouseError
@@ -128,23 +129,30 @@ class Location:
         return fs, f"{base.rstrip('/')}/{relative}" if relative else base
 
     # On S3 the plain files go through boto3, not pyarrow's S3 (its AWS C++ SDK can abort a
-    # process at exit: apache/arrow#34314); boto3's errors become OSError here.
-    @contextmanager
-    def _s3(self, relative: str) -> Iterator[tuple[Any, str, str]]:
+    # process at exit: apache/arrow#34314); boto3's errors become OSError here. botocore retries
+    # 5xx answers and resets, but not a body cut off while it is read: `_on_s3` retries every
+    # transient failure (`connectors.errors.is_transient`) of a whole call a few times.
+    def _on_s3(self, relative: str, call: Any, attempts: int = 6) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
+
+        import connectors.aws.client  # noqa: F401  (registers botocore's transient errors)
 
         bucket, prefix = split_s3(self.uri)
         key = "/".join(p for p in (prefix, relative) if p)
-        try:
-            yield s3_client(self.storage_options), bucket, key
-        except (BotoCoreError, ClientError) as exc:
-            raise OSError(f"{self.uri}/{relative}: {exc}") from exc
+        for attempt in range(1, attempts + 1):
+            try:
+                return call(s3_client(self.storage_options), bucket, key)
+            except (BotoCoreError, ClientError) as exc:
+                if attempt == attempts or not is_transient(exc):
+                    raise OSError(f"{self.uri}/{relative}: {exc}") from exc
+                time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
 
     def exists(self, relative: str = "") -> bool:
         if self.scheme == "s3":
             from botocore.exceptions import ClientError
 
-            with self._s3(relative) as (s3, bucket, key):
+            def head(s3: Any, bucket: str, key: str) -> bool:
                 try:
                     s3.head_object(Bucket=bucket, Key=key)
                     return True
@@ -152,13 +160,15 @@ class Location:
                     if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
                         return False
                     raise
+
+            return self._on_s3(relative, head)
         fs, path = self._path(relative)
         return fs.get_file_info(path).type != pafs.FileType.NotFound
 
     def read_text(self, relative: str) -> str:
         if self.scheme == "s3":
-            with self._s3(relative) as (s3, bucket, key):
-                return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+            return self._on_s3(relative, lambda s3, bucket, key: s3.get_object(
+                Bucket=bucket, Key=key)["Body"].read().decode("utf-8"))
         fs, path = self._path(relative)
         with fs.open_input_stream(path) as f:
             return f.read().decode("utf-8")
@@ -166,8 +176,8 @@ class Location:
     def write_text(self, relative: str, text: str) -> None:
         """Write a whole object (a local file appears atomically: written, then renamed)."""
         if self.scheme == "s3":
-            with self._s3(relative) as (s3, bucket, key):
-                s3.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"))
+            self._on_s3(relative, lambda s3, bucket, key: s3.put_object(
+                Bucket=bucket, Key=key, Body=text.encode("utf-8")))
             return
         fs, path = self._path(relative)
         if self.is_local:
@@ -186,15 +196,16 @@ class Location:
         if self.scheme == "s3":
             from botocore.exceptions import ClientError
 
-            bucket, prefix = split_s3(self.uri)
-            key = "/".join(p for p in (prefix, relative) if p)
-            try:
-                s3_client(self.storage_options).put_object(
-                    Bucket=bucket, Key=key, Body=text.encode("utf-8"), IfNoneMatch="*")
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    raise OSError(f"{self.uri}/{relative}: {exc}") from exc
+            def put(s3: Any, bucket: str, key: str) -> None:
+                try:
+                    s3.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"),
+                                  IfNoneMatch="*")
+                except ClientError as exc:  # someone (or our own cut-off try) wrote it first
+                    code = exc.response.get("Error", {}).get("Code", "")
+                    if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                        raise
+
+            self._on_s3(relative, put)
             return
         if not self.is_local:
             if not self.exists(relative):
@@ -212,9 +223,8 @@ class Location:
     def children(self, relative: str = "") -> list[str]:
         """The names directly under `relative` (empty if there is nothing)."""
         if self.scheme == "s3":
-            with self._s3(relative):
-                return list_names(self.join(relative) if relative else self.uri,
-                                  self.storage_options)
+            return self._on_s3(relative, lambda *_: list_names(
+                self.join(relative) if relative else self.uri, self.storage_options))
         fs, path = self._path(relative)
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         return sorted(i.base_name for i in infos)
@@ -222,13 +232,15 @@ class Location:
     def delete_tree(self, relative: str) -> None:
         """Remove everything under `relative` (best effort: missing is fine)."""
         if self.scheme == "s3":
-            with self._s3(relative) as (s3, bucket, key):
+            def delete(s3: Any, bucket: str, key: str) -> None:
                 pages = s3.get_paginator("list_objects_v2").paginate(
                     Bucket=bucket, Prefix=f"{key.rstrip('/')}/")
                 for page in pages:
                     objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
                     if objects:
                         s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})
+
+            self._on_s3(relative, delete)
             return
         fs, path = self._path(relative)
         try:

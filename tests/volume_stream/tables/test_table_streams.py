@@ -144,3 +144,34 @@ def test_catalog_and_cli_list_table_streams(tmp_path):
     assert out.exit_code == 0, out.output
     assert [json.loads(x)["id"] for x in out.output.splitlines()] == [1]
     assert cat.drop_stream("ts") is True
+
+
+def test_table_stream_retry_gets_exactly_the_pinned_range(tmp_path):
+    """Table streams are pinned like volume streams: a consume that fails leaves its range and
+    batch id recorded; a row inserted before the retry goes to the next batch."""
+    import volume_stream as vs
+
+    cat = vs.connect(tmp_path / "wh")
+    cat.tables.create("t", [Column("id", "INT"), Column("name", "STRING"), Column("age", "INT")])
+    cat.tables.set_properties("t", {"change_tracking": "true"})
+    cat.create_stream("ts", on_table="t")
+    start = cat.describe_stream("ts")["offset"]
+    v1, _ = cat.tables.insert("t", people([1], ["a"], [1]))
+    with pytest.raises(RuntimeError):
+        with cat.consume("ts") as batch:
+            assert (batch.start_version, batch.end_version, batch.batch_id) == (start, v1, 0)
+            raise RuntimeError("sink failed after writing batch 0")
+    info = cat.describe_stream("ts")
+    assert (info["offset"], info["batch_id"], info["pinned_end"]) == (start, 0, v1)
+    v2, _ = cat.tables.insert("t", people([2], ["b"], [2]))  # arrives before the retry
+    with cat.consume("ts") as batch:  # the retry: batch 0 is still (start, v1]
+        assert (batch.start_version, batch.end_version, batch.batch_id) == (start, v1, 0)
+        assert batch.records["id"].to_pylist() == [1]
+    with cat.consume("ts") as batch:  # the next batch takes the rest
+        assert (batch.start_version, batch.end_version, batch.batch_id) == (v1, v2, 1)
+        assert batch.records["id"].to_pylist() == [2]
+    with cat.consume("ts") as batch:
+        assert batch.empty and batch.batch_id == 2
+    info = cat.describe_stream("ts")
+    assert (info["offset"], info["batch_id"], info["pinned_end"]) == (v2, 2, None)
+    assert "pinned" not in cat.list_streams()[0]
