@@ -88,8 +88,15 @@ class _Pending:
 class _PendingFiles:
     """The dispatcher's state, without threads: raw watchdog events in, `FileEvent`s out.
 
-    Each raw event sets its path's pending kind (the last one wins) and pushes its deadline to
-    `at + debounce_s`. `collect(now)` stats every path whose deadline has passed: a regular
+    Each raw event sets its path's pending kind (the last one wins) and its deadline. A
+    complete event (a close after writing, a rename into place, a delete) is due at once
+    (`at`): the file is whole, waiting adds latency and nothing else. Only a path seen again
+    within `debounce_s` of its previous complete event (a writer appending in bursts, a
+    delete-and-recreate) or one still pending is debounced: its deadline moves to
+    `at + debounce_s`, so a burst yields its first state at once and its last state once
+    quiet. Events that do not prove a file complete (attribute changes, files found in a new
+    directory, polling's create/modify) always wait `debounce_s` and then for stability.
+    `collect(now)` stats every path whose deadline has passed: a regular
     file is CREATED (a `_CANDIDATE` only once its size and mtime match the previous check,
     `settle_s` earlier), anything else REMOVED; a pending removal of a file that exists again
     emits nothing, because the new file's own close will come.
@@ -115,6 +122,9 @@ class _PendingFiles:
         # file still being written from one of a finished file, so it waits for stability.
         self._moved_in = _CREATE if complete_on_close else _CANDIDATE
         self._heap: list[tuple[float, str]] = []
+        # complete events of the last `debounce_s`: path -> when, and in arrival order
+        self._recent: dict[str, float] = {}
+        self._recent_order: deque[tuple[float, str]] = deque()
 
     # -- input
 
@@ -195,6 +205,11 @@ class _PendingFiles:
     def _mark(self, key: str, kind: str, at: float, wall: datetime, *, weak: bool = False) -> None:
         pending = self.pending.get(key)
         deadline = at + self.debounce_s
+        if kind != _CANDIDATE:
+            if pending is None and not self._seen_recently(key, at):
+                deadline = at  # complete and not part of a burst: report it at once
+            self._recent[key] = at
+            self._recent_order.append((at, key))
         if pending is None:
             self.pending[key] = _Pending(kind, deadline, wall)
         elif weak and pending.kind in (_CREATE, _CANDIDATE):
@@ -202,6 +217,18 @@ class _PendingFiles:
         else:
             pending.kind, pending.deadline, pending.event_time = kind, deadline, wall
         heapq.heappush(self._heap, (deadline, key))
+
+    def _seen_recently(self, key: str, at: float) -> bool:
+        last = self._recent.get(key)
+        return last is not None and at - last < self.debounce_s
+
+    def _forget_before(self, now: float) -> None:
+        """Drop the complete events older than `debounce_s` (they no longer make a burst)."""
+        order, recent, horizon = self._recent_order, self._recent, now - self.debounce_s
+        while order and (order[0][0] <= horizon or len(order) > self.max_pending):
+            at, key = order.popleft()
+            if recent.get(key) == at:
+                del recent[key]
 
     def _bound(self) -> None:
         if len(self.pending) > self.max_pending:
@@ -232,6 +259,7 @@ class _PendingFiles:
         """Emit the paths whose deadline has passed: REMOVED first, then CREATED, by path."""
         events: list[FileEvent] = []
         malformed = 0
+        self._forget_before(now)
         while (deadline := self.next_deadline()) is not None and deadline <= now:
             _, key = heapq.heappop(self._heap)
             pending = self.pending[key]
@@ -290,8 +318,11 @@ class _Enqueue(FileSystemEventHandler):
 class LocalListener(Listener):
     """Listen to a local directory (`Listener`): inotify by default, polling where it can't.
 
-    Only complete files are reported (module docstring). Raw events are debounced per path
-    by `debounce_s`, so a writer that closes a file several times in a row yields one event.
+    Only complete files are reported (module docstring). A closed (or renamed-in, or deleted)
+    file is reported as soon as `receive` sees its event; a path closed again within
+    `debounce_s` of its previous event is debounced, so a writer that closes a file many times
+    in a row yields its first state at once and then one event once it has been quiet for
+    `debounce_s` (`_PendingFiles`).
     `Received.handles` is always empty: there is nothing to acknowledge, so `ack` and
     `extend` do nothing. After a crash the caller should run a refresh, as inotify does not
     replay what happened while nobody listened.
@@ -299,7 +330,10 @@ class LocalListener(Listener):
     Args:
         root: The volume's directory; must exist.
         recursive: Watch sub-directories too; else only direct children count.
-        debounce_s: Quiet time after a path's last raw event before it is emitted.
+        debounce_s: Quiet time before reporting a path that is in a burst of events (seen
+            again within `debounce_s`), and before the stability check of events that do not
+            prove a file complete (IN_ATTRIB, files found in a new directory, polling). A
+            single close is not delayed by it.
         polling: None: inotify, falling back to polling (with a warning) if it cannot start;
             True: always poll; False: inotify or raise.
         poll_interval_s: Seconds between directory snapshots when polling.

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
@@ -96,42 +97,81 @@ def _check_root(root: str | Path) -> str:
     return path
 
 
-def _scan(root: str, top: str = "", *, recursive: bool,
-          strict: bool) -> Iterator[tuple[str, os.stat_result]]:
+def _scan_dir(root: str, rel_dir: str, *, recursive: bool, strict: bool,
+              ) -> tuple[list[tuple[str, os.stat_result]], list[str]]:
+    """One directory of a walk: its regular files as `(key, lstat)`, and its sub-directories
+    (keys) when `recursive`. See `_scan` for what is skipped and what raises."""
+    path = os.path.join(root, rel_dir) if rel_dir else root
+    prefix = rel_dir + "/" if rel_dir else ""
+    files: list[tuple[str, os.stat_result]] = []
+    subdirs: list[str] = []
+    try:
+        entries = os.scandir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return files, subdirs
+    except PermissionError as exc:
+        if strict:
+            raise PermissionError(exc.errno, "cannot list directory of local volume",
+                                  path) from exc
+        logger.warning("cannot list %s: %s", path, exc)
+        return files, subdirs
+    with entries:
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if recursive:
+                        subdirs.append(prefix + entry.name)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            files.append((prefix + entry.name, st))
+    return files, subdirs
+
+
+def _scan(root: str, top: str = "", *, recursive: bool, strict: bool,
+          workers: int = 1) -> Iterator[tuple[str, os.stat_result]]:
     """Yield `(key, lstat)` for the regular files under `root/top` (`top` a '/'-key, '' = root).
 
     Symlinks and special files are skipped. A directory that vanishes mid-walk is skipped; one
     that cannot be read raises `PermissionError` when `strict` (a refresh must not mistake it
-    for an empty directory and delete its rows), else it is logged and skipped.
+    for an empty directory and delete its rows), else it is logged and skipped. With
+    `workers > 1` sub-directories are scanned on a pool of threads (`os.scandir` and `lstat`
+    release the GIL, so a cold or network disk is read in parallel); the files are the same,
+    their order is not.
     """
+    if workers > 1 and recursive:
+        yield from _scan_parallel(root, top, strict=strict, workers=workers)
+        return
     stack = [top]
     while stack:
-        rel_dir = stack.pop()
-        path = os.path.join(root, rel_dir) if rel_dir else root
-        prefix = rel_dir + "/" if rel_dir else ""
+        files, subdirs = _scan_dir(root, stack.pop(), recursive=recursive, strict=strict)
+        stack.extend(subdirs)
+        yield from files
+
+
+def _scan_parallel(root: str, top: str, *, strict: bool,
+                   workers: int) -> Iterator[tuple[str, os.stat_result]]:
+    with ThreadPoolExecutor(workers, thread_name_prefix="scan") as pool:
+        running: set[Future] = {pool.submit(_scan_dir, root, top, recursive=True,
+                                            strict=strict)}
+        waiting: list[str] = []
         try:
-            entries = os.scandir(path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except PermissionError as exc:
-            if strict:
-                raise PermissionError(exc.errno, "cannot list directory of local volume",
-                                      path) from exc
-            logger.warning("cannot list %s: %s", path, exc)
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if recursive:
-                            stack.append(prefix + entry.name)
-                        continue
-                    if not entry.is_file(follow_symlinks=False):
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                yield prefix + entry.name, st
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    files, subdirs = future.result()
+                    waiting.extend(subdirs)
+                    # keep the pool busy, but hold at most a few directories' files at once
+                    while waiting and len(running) < 2 * workers:
+                        running.add(pool.submit(_scan_dir, root, waiting.pop(), recursive=True,
+                                                strict=strict))
+                    yield from files
+        finally:
+            for future in running:
+                future.cancel()
 
 
 class LocalLister(Lister):
@@ -146,6 +186,8 @@ class LocalLister(Lister):
         batch_size: Rows per RecordBatch.
         hash_content: ETags are `content_etag` hashes of the bytes (every file is read), not
             mtime and size; a file that cannot be read is skipped and counted in `malformed`.
+        workers: Threads scanning sub-directories at once (1: one serial walk); the rows are
+            the same, in another order.
 
     Raises (from `list`, at once):
         FileNotFoundError / NotADirectoryError / PermissionError: naming the root; a
@@ -157,9 +199,10 @@ class LocalLister(Lister):
     """
 
     def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000,
-                 hash_content: bool = False) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1: {batch_size}")
+                 hash_content: bool = False, workers: int = 4) -> None:
+        if batch_size < 1 or workers < 1:
+            raise ValueError(f"need batch_size >= 1 and workers >= 1: {batch_size}, {workers}")
+        self.workers = workers
         self.root = os.fspath(root)
         self.recursive = recursive
         self.batch_size = batch_size
@@ -180,7 +223,8 @@ class LocalLister(Lister):
         sizes: list[int] = []
         mtimes: list[int] = []
         etags: list[str] = []
-        for key, st in _scan(root, recursive=self.recursive, strict=True):
+        for key, st in _scan(root, recursive=self.recursive, strict=True,
+                             workers=self.workers):
             try:
                 # Keys joined from scandir names never have empty, '.' or '..' segments, so
                 # only names with suspect characters need the full (slower) validation.
