@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
