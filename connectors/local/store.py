@@ -199,7 +199,7 @@ class LocalLister(Lister):
     """
 
     def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000,
-                 hash_content: bool = False, workers: int = 4) -> None:
+                 hash_content: bool = False, workers: int = 1) -> None:
         if batch_size < 1 or workers < 1:
             raise ValueError(f"need batch_size >= 1 and workers >= 1: {batch_size}, {workers}")
         self.workers = workers

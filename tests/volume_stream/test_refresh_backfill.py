@@ -11,7 +11,8 @@ from rich.console import Console
 
 from connectors.base import LISTING_SCHEMA
 from volume_stream.cli._progress import refresh_progress
-from volume_stream.volumes.refresh import diff_by_buckets, diff_listing
+from volume_stream.volumes import refresh
+from volume_stream.volumes.refresh import diff_by_buckets, diff_listing, group_size_for
 
 
 def _tree(root, n):
@@ -21,7 +22,8 @@ def _tree(root, n):
         path.write_bytes(b"x" * (i % 5))
 
 
-def test_refresh_reports_progress_and_diffs_bucket_groups(catalog, data_dir):
+def test_refresh_reports_progress_and_diffs_bucket_groups(catalog, data_dir, monkeypatch):
+    monkeypatch.setattr(refresh, "ROWS_PER_BUCKET_GROUP", 50)  # groups at this small size
     _tree(data_dir, 300)
     catalog.create_volume("vol", data_dir)
     assert catalog.directory_table("vol").layout().buckets > 16  # several bucket groups
@@ -79,3 +81,9 @@ def test_progress_line_on_a_terminal_only(catalog, data_dir):
         console.print("still running")  # the live line is redrawn below other output
     text = screen.getvalue()
     assert "listed 40" in text and "changed 40" in text and "committing" in text
+
+
+def test_group_size_keeps_groups_near_the_row_budget():
+    assert group_size_for(10, 128) == 128                    # one group
+    assert group_size_for(refresh.ROWS_PER_BUCKET_GROUP * 10, 128) == 13
+    assert group_size_for(10**12, 128) == 1

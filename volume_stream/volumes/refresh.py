@@ -22,8 +22,8 @@ from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind, FileEvent, InvalidPathError
 from directory_table.layout import bucket_array
 
-__all__ = ["Progress", "counted", "diff_by_buckets", "diff_listing", "diff_listing_spark",
-           "read_listing"]
+__all__ = ["ROWS_PER_BUCKET_GROUP", "Progress", "counted", "diff_by_buckets", "diff_listing",
+           "diff_listing_spark", "group_size_for", "read_listing"]
 
 #: `progress(stage, listed, changed)`: stage is "listing", "diffing" or "committing"
 Progress = Callable[[str, int, int], None]
@@ -35,12 +35,31 @@ _STORED = ["size_stored", "etag_stored", "last_modified_time_stored"]
 _ORDER = ["_sequencer", "_event_time"]
 
 
-def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool]) -> pa.Table:
-    """Collect a lister's batches into one table, keeping only paths the volume accepts."""
+#: a refresh diffs bucket groups holding about this many rows each (`group_size_for`)
+ROWS_PER_BUCKET_GROUP = 1_000_000
+
+
+def group_size_for(rows: int, buckets: int) -> int:
+    """Buckets per group so that a group holds about `ROWS_PER_BUCKET_GROUP` of `rows`."""
+    groups = max(1, -(-rows // ROWS_PER_BUCKET_GROUP))
+    return max(1, -(-buckets // groups))
+
+
+def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool] | None,
+                 *, recursive: bool = True) -> pa.Table:
+    """Collect a lister's batches into one table, keeping only paths the volume accepts:
+    `accept(path)` per path, or, with `accept=None` (a volume without include/exclude globs),
+    the same rule vectorised (no folder markers; no nested paths unless `recursive`)."""
     table = pa.Table.from_batches(list(batches), schema=LISTING_SCHEMA)
     if table.num_rows == 0:
         return table
-    keep = pa.array([accept(p) for p in table["relative_path"].to_pylist()], pa.bool_())
+    paths = table["relative_path"]
+    if accept is None:
+        drop = pc.ends_with(paths, "/")
+        if not recursive:
+            drop = pc.or_(drop, pc.match_substring(paths, "/"))
+        return table.filter(pc.invert(drop))
+    keep = pa.array([accept(p) for p in paths.to_pylist()], pa.bool_())
     return table.filter(keep)
 
 

@@ -21,6 +21,7 @@ from volume_stream.errors import (
     InvalidInputError,
     converted,
 )
+from volume_stream.volumes import refresh as listing_diff
 from volume_stream.volumes.backends import backend_for, check_options, normalize_location
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import (
@@ -199,7 +200,9 @@ class VolumeRegistry:
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
         base = table.version()
         lister = backend_for(spec).lister(self.with_options(spec))
-        listing = read_listing(counted(lister.list(), progress), spec.accepts())
+        globs = spec.options.get("include") or spec.options.get("exclude")
+        listing = read_listing(counted(lister.list(), progress),
+                               spec.accepts() if globs else None, recursive=spec.recursive)
         columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                    "_event_time"]
         threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
@@ -211,9 +214,11 @@ class VolumeRegistry:
         else:
             layout = table.layout()
             buckets = layout.buckets if layout.bucketed else 1
+            rows = max(listing.num_rows, table.file_count()) if buckets > 1 else 0
             events, invalid = diff_by_buckets(
                 listing, lambda group: table.snapshot(base, columns=columns, buckets=group),
-                buckets, started, store_times=store_times, progress=progress)
+                buckets, started, store_times=store_times,
+                group_size=listing_diff.group_size_for(rows, buckets), progress=progress)
         if progress is not None:
             progress("committing", listing.num_rows, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
