@@ -87,3 +87,17 @@ def test_group_size_keeps_groups_near_the_row_budget():
     assert group_size_for(10, 128) == 128                    # one group
     assert group_size_for(refresh.ROWS_PER_BUCKET_GROUP * 10, 128) == 13
     assert group_size_for(10**12, 128) == 1
+
+
+def test_list_workers_option_walks_in_parallel_or_is_refused(catalog, data_dir):
+    import pytest
+
+    from volume_stream.errors import InvalidInputError
+
+    _tree(data_dir, 50)
+    catalog.create_volume("par", data_dir, list_workers=4)
+    assert catalog.refresh("par").inserted == 50
+    catalog.create_volume("bad", data_dir, list_workers="many")
+    with pytest.raises(InvalidInputError, match=r"volume 'bad': list_workers must be an "
+                                                r"integer >= 1, not 'many'"):
+        catalog.refresh("bad")

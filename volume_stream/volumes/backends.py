@@ -70,8 +70,8 @@ def _list_workers(spec: VolumeSpec, default: int) -> int:
     except (TypeError, ValueError):
         workers = 0
     if workers < 1 or str(workers) != str(value).strip():
-        raise InvalidInputError(f"volume {spec.name!r}: list_workers must be an integer >= 1, "
-                                f"not {value!r}")
+        # raised inside `converted(f"volume {name!r}")`, which names the volume
+        raise InvalidInputError(f"list_workers must be an integer >= 1, not {value!r}")
     return workers
 
 
