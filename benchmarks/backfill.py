@@ -42,7 +42,8 @@ def build_tree(folders: int, per_folder: int) -> tuple[Path, str]:
         per_folder = max(1, free // (2 * folders) - 1)
         note = f" (cut to {folders * per_folder:,} files: {free:,} free inodes)"
     root = CACHE / f"tree-{folders}x{per_folder}"
-    if not (root / ".complete").exists():
+    done = CACHE / f"{root.name}.complete"  # outside the tree: not one of its files
+    if not done.exists():
         shutil.rmtree(root, ignore_errors=True)
         for d in range(folders):
             folder = root / f"d{d:04d}"
@@ -50,8 +51,7 @@ def build_tree(folders: int, per_folder: int) -> tuple[Path, str]:
             base = os.fspath(folder)
             for i in range(per_folder):
                 os.close(os.open(f"{base}/f{i:05d}.bin", os.O_CREAT | os.O_WRONLY, 0o644))
-        (root.parent / f"{root.name}.complete").touch()
-        (root / ".complete").symlink_to(root.parent / f"{root.name}.complete")  # not a file
+        done.touch()
     return root, note
 
 

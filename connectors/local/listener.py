@@ -181,8 +181,9 @@ class _PendingFiles:
             # to nobody: take what is there, once it stops changing.
             key = self.relative(event.src_path)
             if key is not None and self.recursive and self.complete_on_close:
-                for file_key, _ in _scan(self.root, key, recursive=True, strict=False):
-                    self._mark(file_key, _CANDIDATE, at, wall, weak=True)
+                for found in _scan(self.root, key, recursive=True, strict=False):
+                    for file_key in found.paths:
+                        self._mark(file_key, _CANDIDATE, at, wall, weak=True)
         self._bound()
 
     def _dir_moved(self, event: FileSystemEvent, at: float, wall: datetime) -> None:
@@ -190,10 +191,11 @@ class _PendingFiles:
             return  # a sub-directory's files never belong to a non-recursive volume
         src, dest = self.relative(event.src_path), self.relative(event.dest_path)
         if dest is not None:
-            for key, _ in _scan(self.root, dest, recursive=True, strict=False):
-                self._mark(key, self._moved_in, at, wall)
-                if src is not None:
-                    self._mark(src + key[len(dest):], _REMOVE, at, wall)
+            for found in _scan(self.root, dest, recursive=True, strict=False):
+                for key in found.paths:
+                    self._mark(key, self._moved_in, at, wall)
+                    if src is not None:
+                        self._mark(src + key[len(dest):], _REMOVE, at, wall)
         elif src is not None:
             self.refresh(f"directory {src!r} moved out of the volume; its files are unknown")
 

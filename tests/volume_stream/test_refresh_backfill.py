@@ -100,3 +100,21 @@ def test_list_workers_option_walks_in_parallel_or_is_refused(catalog, data_dir):
     with pytest.raises(InvalidInputError, match=r"volume 'bad': list_workers must be an "
                                                 r"integer >= 1, not 'many'"):
         catalog.create_volume("bad", data_dir, list_workers="many")
+
+
+def test_same_paths_diff_finds_exactly_the_changed_files(catalog, data_dir):
+    _tree(data_dir, 60)
+    catalog.create_volume("vol", data_dir)
+    catalog.refresh("vol")
+    columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
+               "_event_time"]
+    stored = catalog.directory_table("vol").snapshot(columns=columns)
+    rows = stored.select(["relative_path", "size", "etag", "last_modified_time"]).to_pylist()
+    rows.reverse()  # another order than the table's
+    changed = {r["relative_path"] for r in rows[::4]}
+    listing = pa.Table.from_pylist(
+        [dict(r, etag="new") if r["relative_path"] in changed else r for r in rows],
+        schema=LISTING_SCHEMA)
+    events, invalid = diff_listing(listing, stored, datetime.now(UTC))
+    assert invalid == 0 and {e.relative_path for e in events} == changed
+    assert {e.kind.value for e in events} == {"CREATED"} and {e.etag for e in events} == {"new"}
