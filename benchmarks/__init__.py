@@ -14,6 +14,7 @@ summary goes to `.bench/results.json`.
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
     shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
+    backfill     refresh of a 1M-file local tree vs a raw os.scandir walk
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
                  a 1k-file pipeline on local-cluster[2,1,1024] vs local[2]
@@ -24,6 +25,7 @@ To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports t
 
 from benchmarks import (
     apply,
+    backfill,
     bench_latency,
     bench_pipeline,
     bench_sqs,
@@ -38,6 +40,6 @@ from benchmarks import (
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
-                                       bench_sqs, bench_pipeline, tables, cli, warehouse)}
+                                       backfill, bench_sqs, bench_pipeline, tables, cli, warehouse)}
 
 __all__ = ["BENCHMARKS"]

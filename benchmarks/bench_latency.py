@@ -1,6 +1,6 @@
 """latency: a file's close -> its INSERT visible in `read_stream`, through the daemon.
 
-A real `volume-stream daemon` process (default batching: debounce 0.2 s, max wait 0.5 s) watches
+A real `volume-stream daemon` process (default, adaptive batching) watches
 a local folder while the benchmark writes 200 files, one every 50 ms, and notes when each was
 closed; a reader polls `read_stream_arrow` on an APPEND_ONLY stream every 50 ms (the same change
 records `read_stream` hands Spark) and notes when each file's INSERT first shows up. p50 and p95
@@ -13,6 +13,14 @@ with no sleep, on a second volume. Both volumes already hold 20k files (S3: 1k) 
 clock starts): a listing walks them all every time, a listener never looks at them. With moto's server at hand (the dev dependencies), the same
 is measured for S3 + SQS: `put_object` returns -> record visible, against a refresh poller over
 the S3 listing.
+
+`latency.local.p50` must also be <= 0.5x the poller's p50 (a listener must beat polling).
+
+`latency.scale.*` (issue 12): the same daemon close -> record p50 with the volume's directory
+table at 10M rows (quick: 200k), against the same with 10k rows: < 2 s and <= 1.5x; and the
+daemon's peak RSS (VmHWM) < 1.5 GiB. The tables are the `scale` benchmark's cached templates
+(bulk appends, `.bench/scale/`), hard-linked in as the volume's table; the daemon does no start
+refresh there (the folder does not hold the template's files), so each record is one event.
 
     python -m benchmarks.bench_latency [--quick]      # alone
     python -m benchmarks --only latency               # with the others
@@ -39,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._context import Context
-from benchmarks._report import Figure, Report
+from benchmarks._report import Figure, Report, count_label
 
 NAME = "latency"
 TITLE = "file close -> record in read_stream, through the daemon"
@@ -57,6 +65,11 @@ class Sizes:
 
 FULL = Sizes(files=200, every_s=0.05, existing=20_000)
 QUICK = Sizes(files=30, every_s=0.05, existing=2_000)
+#: directory table rows for `latency.scale` (large, small)
+SCALE_ROWS = {False: (10_000_000, 10_000), True: (200_000, 10_000)}
+LISTENER_VS_POLLER = 0.5
+SCALE_RATIO = 1.5
+RSS_LIMIT_GIB = 1.5
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -173,6 +186,17 @@ class DaemonProcess:
             time.sleep(0.05)
         raise RuntimeError(f"daemon not ready in {timeout}s: {self.log.read_text()[-2000:]}")
 
+    def peak_rss_gib(self) -> float | None:
+        """The daemon process's peak resident set (VmHWM), while it runs."""
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024 / 1024
+        return None
+
     def __exit__(self, *exc: object) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -184,15 +208,19 @@ class DaemonProcess:
 
 
 def _figures(ctx: Context, case: str, label: str, ours: dict, base: dict, base_label: str,
-             target: bool) -> None:
+             target: bool, max_ratio: float | None = None) -> None:
     for q, pname in ((0.5, "p50"), (0.95, "p95")):
         value, baseline = percentile(ours["latencies"], q), percentile(base["latencies"], q)
         has_target = target and pname == "p50"
+        text, passed = f"< {TARGET_P50_S:g} s", value < TARGET_P50_S and not ours["missing"]
+        if max_ratio is not None:
+            text += f" and <= {max_ratio:g}x the {base_label}"
+            passed = passed and value <= max_ratio * baseline
         ctx.report.add(Figure(
             name=f"latency.{case}.{pname}", description=f"{label}, {pname}", value=value,
             unit="s", baseline=baseline, baseline_label=base_label,
-            target=f"< {TARGET_P50_S:g} s" if has_target else "none (information)",
-            passed=(value < TARGET_P50_S and not ours["missing"]) if has_target else None,
+            target=text if has_target else "none (information)",
+            passed=passed if has_target else None,
             details={"ours": {k: v for k, v in ours.items() if k != "latencies"},
                      "baseline": {k: v for k, v in base.items() if k != "latencies"},
                      "ours_max_s": max(ours["latencies"], default=None)}))
@@ -233,7 +261,66 @@ def run_local(ctx: Context, sizes: Sizes) -> None:
     base["refreshes"] = poller.refreshes
     _figures(ctx, "local", f"{sizes.files} files into a local volume ({sizes.existing:,} "
              f"already there), daemon (inotify)", ours,
-             base, "refresh poller", target=True)
+             base, "refresh poller", target=True, max_ratio=LISTENER_VS_POLLER)
+
+
+# ---------------------------------------------------------------------- 10M-row table
+def _volume_on_template(ctx: Context, rows: int) -> tuple[Any, Path, Path]:
+    """A warehouse whose volume 'vol' has the cached `rows`-row template as its directory
+    table (hard-linked), an APPEND_ONLY stream on it, and an empty watched folder."""
+    import volume_stream as vs
+    from benchmarks.scale import link_copy, template
+    from directory_table import DEFAULT_BUCKETS
+
+    data = ctx.data_path(f"latency-scale-{rows}")
+    for b in range(5):
+        (data / f"b{b}").mkdir(parents=True, exist_ok=True)
+    warehouse = ctx.path(f"latency-scale-wh-{rows}")
+    cat = vs.connect(warehouse)
+    cat.create_volume("vol", data)
+    root = Path(cat.directory_table("vol").root)
+    link_copy(template(ctx, rows, DEFAULT_BUCKETS), root)
+    cat.create_stream("ours", "vol", mode="APPEND_ONLY")
+    return cat, warehouse, data
+
+
+def run_scale(ctx: Context, sizes: Sizes) -> None:
+    large, small = SCALE_ROWS[ctx.quick]
+    results: dict[int, dict[str, Any]] = {}
+    body = os.urandom(2048)
+    quiet = {"refresh_on_start": False, "refresh_interval_s": 0, "optimize_interval_s": 0}
+    for rows in (small, large):
+        cat, warehouse, data = _volume_on_template(ctx, rows)
+        files = cat.directory_table("vol").file_count()
+
+        def write(name: str, folder: Path = data) -> None:
+            with open(folder / name, "wb") as fh:
+                fh.write(body)
+
+        with DaemonProcess(ctx.workdir, warehouse, quiet) as daemon:
+            result = measure(cat, "ours", write, sizes)
+            result["peak_rss_gib"] = daemon.peak_rss_gib()
+        result["table_rows"] = files
+        results[rows] = result
+    big, little = results[large], results[small]
+    big_label, little_label = count_label(large), count_label(small)
+    p50, base50 = percentile(big["latencies"], 0.5), percentile(little["latencies"], 0.5)
+    ctx.report.add(Figure(
+        name="latency.scale.p50",
+        description=f"{sizes.files} files closed -> record, daemon (inotify), directory table "
+                    f"of {big_label} rows, p50",
+        value=p50, unit="s", baseline=base50, baseline_label=f"same with {little_label} rows",
+        target=f"< {TARGET_P50_S:g} s and <= {SCALE_RATIO:g}x the {little_label} case",
+        passed=p50 < TARGET_P50_S and p50 <= SCALE_RATIO * base50 and not big["missing"],
+        details={str(k): {n: v for n, v in r.items() if n != "latencies"}
+                 for k, r in results.items()}))
+    rss, base_rss = big["peak_rss_gib"], little["peak_rss_gib"]
+    ctx.report.add(Figure(
+        name="latency.scale.rss", description=f"daemon peak RSS (VmHWM) with {big_label} rows",
+        value=rss if rss is not None else float("inf"), unit="GiB",
+        baseline=base_rss if base_rss is not None else float("inf"),
+        baseline_label=f"with {little_label} rows", target=f"< {RSS_LIMIT_GIB:g} GiB",
+        passed=rss is not None and rss < RSS_LIMIT_GIB))
 
 
 # ---------------------------------------------------------------------- S3 + SQS
@@ -311,6 +398,7 @@ def run(ctx: Context) -> None:
                     f"{sizes.files} files, one every {sizes.every_s * 1000:.0f} ms; reads every "
                     f"{POLL_S * 1000:.0f} ms (each value is an upper bound at that resolution)")
     run_local(ctx, sizes)
+    run_scale(ctx, sizes)
     run_sqs(ctx, sizes)
 
 

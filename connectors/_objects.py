@@ -8,12 +8,15 @@ S3 and OSS differ only in their SDK calls, so a store supplies:
   pinned to the first ETag), `_read_body(body, n)`, `_close_body(body)`;
 - `_get_range(key, start, length)` -> bytes (b"" past the end);
 - `_errors(key, action)`: a context manager converting SDK errors to `connectors.errors`;
-- `_pages()` -> pages of (key, size, last_modified, etag) for `list()`.
+- `_page(prefix, delimiter, token)` -> (objects, common prefixes, next token): one
+  ListObjectsV2 call, objects as (key, size, last_modified, etag).
 
 The base gives `open()` a seekable stream that resumes a body cut off mid-read at the same
 byte after a jittered back-off (a changed object fails instead of mixing versions),
 `read_range()`, `list()` in `LISTING_SCHEMA`, and one retry policy (`RETRY`, `BACKOFF`)
-judged by `connectors.errors.is_transient`.
+judged by `connectors.errors.is_transient`. A recursive `list()` runs in parallel
+(`connectors._listing.parallel_pages`): the first levels of "folders" are found with
+delimiter listings, then each sub-prefix is listed flat by a pool of `list_workers` threads.
 
     >>> normalize_etag('W/"5d41402abc4b2a76b9719d911017c592"')
     '5d41402abc4b2a76b9719d911017c592'
@@ -34,6 +37,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from connectors._listing import Page, parallel_pages
 from connectors.errors import ConnectorError, TransientError, is_transient
 from connectors.events import InvalidPathError
 from connectors.protocols import LISTING_SCHEMA, Lister, ObjectReader
@@ -125,8 +129,17 @@ class ObjectStore(LazyClient, ObjectReader, Lister):
     def _errors(self, key: str, action: str) -> AbstractContextManager[None]:
         raise NotImplementedError
 
-    def _pages(self) -> Iterator[Iterable[tuple[str, int, datetime, str | None]]]:
+    def _page(self, prefix: str, delimiter: str, token: str | None) -> Page:
+        """One listing call: (objects, common prefixes, the next page's token or None)."""
         raise NotImplementedError
+
+    #: threads of a recursive listing (sub-prefixes listed at once); 1: one serial listing
+    list_workers: int = 8
+
+    def _pages(self) -> Iterator[Iterable[tuple[str, int, datetime, str | None]]]:
+        scope = self.scope
+        return parallel_pages(self._page, scope.prefix, recursive=scope.recursive,
+                              workers=self.list_workers)
 
     #: SDK errors a body may raise mid-read (besides `ConnectorError`s)
     stream_errors: ClassVar[tuple[type[BaseException], ...]] = (OSError,)

@@ -17,7 +17,7 @@ folder, in this process or another, sees it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -195,14 +195,18 @@ class Catalog:
     def describe_volume(self, name: str) -> dict[str, Any]:
         return self.volumes.describe(name)
 
-    def refresh(self, volume: str) -> RefreshMetrics:
+    def refresh(self, volume: str, progress: Callable[[str, int, int], None] | None = None,
+                ) -> RefreshMetrics:
         """List the volume, diff against the directory table, commit the difference.
+
+        `progress(stage, listed, changed)` is called as the refresh goes ("listing" per page,
+        "diffing" per group of buckets, then "committing").
 
         Example:
             >>> cat.refresh("landing").inserted
             42
         """
-        return self.volumes.refresh(volume)
+        return self.volumes.refresh(volume, progress)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         """A `VolumeWatcher` for the volume's listener (the caller runs and closes it)."""

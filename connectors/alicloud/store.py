@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import oss2
 import requests
 
+from connectors._listing import Page
 from connectors._objects import RETRY, ObjectStore, normalize_etag
 from connectors.alicloud.client import AliCloudOptions, translate_oss_errors
 from connectors.scope import BucketScope, normalize_prefix
@@ -144,7 +144,8 @@ class OssLister(_Oss):
 
     Folder markers and keys whose relative path is unsafe ('..' segments, '//') are skipped,
     the latter with a warning. With `recursive=False` only direct children are listed
-    (delimiter '/').
+    (delimiter '/'); a recursive listing lists sub-prefixes in parallel on `list_workers`
+    threads (`connectors._listing`).
 
     Args:
         bucket: The bucket.
@@ -155,6 +156,7 @@ class OssLister(_Oss):
         page_size: Keys per ListObjectsV2 call (at most 1000); one RecordBatch per page.
         access_key_id, access_key_secret, security_token, connect_timeout, is_path_style:
             As for `OssReader`.
+        list_workers: Threads listing sub-prefixes at once (1: one serial listing).
 
     Example:
         >>> lister = OssLister("bkt", "in/", endpoint, recursive=False)   # doctest: +SKIP
@@ -165,27 +167,25 @@ class OssLister(_Oss):
                  suffix: str | tuple[str, ...] | None = None, *, page_size: int = 1000,
                  access_key_id: str | None = None, access_key_secret: str | None = None,
                  security_token: str | None = None, connect_timeout: float | None = None,
-                 is_path_style: bool = False) -> None:
-        if not 1 <= page_size <= 1000:
-            raise ValueError(f"page_size must be in 1..1000: {page_size}")
+                 is_path_style: bool = False, list_workers: int = 8) -> None:
+        if not 1 <= page_size <= 1000 or list_workers < 1:
+            raise ValueError(f"need page_size in 1..1000 and list_workers >= 1: {page_size}, "
+                             f"{list_workers}")
         super().__init__(OssScope(bucket, prefix, recursive, suffix), endpoint, access_key_id,
                          access_key_secret, security_token, connect_timeout, is_path_style)
         self.page_size = page_size
+        self.list_workers = list_workers
 
     def __repr__(self) -> str:
         return (f"OssLister({self.scope!r}, endpoint={self.endpoint!r}, "
                 f"page_size={self.page_size}, {self._options!r})")
 
-    def _pages(self) -> Iterator[list[tuple[str, int, datetime, str | None]]]:
-        scope, token = self.scope, ""
-        delimiter = "" if scope.recursive else "/"
-        while True:
-            with translate_oss_errors("ListObjectsV2", oss_url(scope.bucket, scope.prefix)):
-                result = RETRY(lambda t=token: self.client.list_objects_v2(
-                    prefix=scope.prefix, delimiter=delimiter, continuation_token=t,
-                    max_keys=self.page_size))()
-            yield [(obj.key, obj.size, datetime.fromtimestamp(obj.last_modified, UTC), obj.etag)
+    def _page(self, prefix: str, delimiter: str, token: str | None) -> Page:
+        with translate_oss_errors("ListObjectsV2", oss_url(self.scope.bucket, prefix)):
+            result = RETRY(lambda: self.client.list_objects_v2(
+                prefix=prefix, delimiter=delimiter, continuation_token=token or "",
+                max_keys=self.page_size))()
+        objects = [(obj.key, obj.size, datetime.fromtimestamp(obj.last_modified, UTC), obj.etag)
                    for obj in result.object_list]
-            if not result.is_truncated:
-                return
-            token = result.next_continuation_token
+        return (objects, list(result.prefix_list),
+                result.next_continuation_token if result.is_truncated else None)

@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 
 import botocore.exceptions as bce
 
-from connectors._objects import ObjectStore, normalize_etag
+from connectors._listing import Page
+from connectors._objects import RETRY, ObjectStore, normalize_etag
 from connectors.aws.client import ClientOptions, error_code, translate_errors
 from connectors.errors import ObjectChangedError, ObjectNotFoundError
 from connectors.scope import BucketScope, normalize_prefix
@@ -127,7 +128,8 @@ class S3Lister(_S3):
 
     Folder markers and keys whose relative path is unsafe ('..' segments, '//') are skipped;
     the latter with a warning. With `recursive=False` only direct children are listed
-    (Delimiter='/').
+    (Delimiter='/'); a recursive listing lists sub-prefixes in parallel on `list_workers`
+    threads (`connectors._listing`).
 
     Args:
         bucket: The bucket.
@@ -135,6 +137,7 @@ class S3Lister(_S3):
         recursive: List nested keys too.
         suffix: Keep only keys ending with this (or one of these).
         page_size: Keys per ListObjectsV2 call (at most 1000); one RecordBatch per page.
+        list_workers: Threads listing sub-prefixes at once (1: one serial listing).
         **client_options: `ClientOptions` fields.
 
     Example:
@@ -144,23 +147,29 @@ class S3Lister(_S3):
 
     def __init__(self, bucket: str, prefix: str = "", recursive: bool = True,
                  suffix: str | tuple[str, ...] | None = None, *, page_size: int = 1000,
-                 **client_options: Any) -> None:
+                 list_workers: int = 8, **client_options: Any) -> None:
         super().__init__(S3Scope(bucket, prefix, recursive, suffix), client_options)
-        if not 1 <= page_size <= 1000:
-            raise ValueError(f"page_size must be in 1..1000: {page_size}")
+        if not 1 <= page_size <= 1000 or list_workers < 1:
+            raise ValueError(f"need page_size in 1..1000 and list_workers >= 1: {page_size}, "
+                             f"{list_workers}")
         self.page_size = page_size
+        self.list_workers = list_workers
 
     def __repr__(self) -> str:
         return f"S3Lister({self.scope!r}, page_size={self.page_size}, {self._options!r})"
 
-    def _pages(self) -> Iterator[list[tuple[str, int, Any, str | None]]]:
-        scope = self.scope
-        kwargs: dict[str, Any] = {"Bucket": scope.bucket, "Prefix": scope.prefix,
-                                  "PaginationConfig": {"PageSize": self.page_size}}
-        if not scope.recursive:
-            kwargs["Delimiter"] = "/"
-        with translate_errors("s3", f"ListObjectsV2 {s3_url(scope.bucket, scope.prefix)}",
+    def _page(self, prefix: str, delimiter: str, token: str | None) -> Page:
+        kwargs: dict[str, Any] = {"Bucket": self.scope.bucket, "Prefix": prefix,
+                                  "MaxKeys": self.page_size}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        if token:
+            kwargs["ContinuationToken"] = token
+        with translate_errors("s3", f"ListObjectsV2 {s3_url(self.scope.bucket, prefix)}",
                               self._options):
-            for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
-                yield [(obj["Key"], obj["Size"], obj["LastModified"], obj.get("ETag"))
-                       for obj in page.get("Contents", ())]
+            page = RETRY(lambda: self.client.list_objects_v2(**kwargs))()
+        objects = [(obj["Key"], obj["Size"], obj["LastModified"], obj.get("ETag"))
+                   for obj in page.get("Contents", ())]
+        prefixes = [p["Prefix"] for p in page.get("CommonPrefixes", ())]
+        return objects, prefixes, page.get("NextContinuationToken") if page.get(
+            "IsTruncated") else None

@@ -25,16 +25,12 @@ nothing to acknowledge, and `ListenerClosedError` after `close`.
 from __future__ import annotations
 
 import errno
-import heapq
 import itertools
 import logging
-import os
-import stat as stat_module
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -55,9 +51,10 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from connectors.events import EventKind, FileEvent, InvalidPathError, utc_now
+from connectors.events import utc_now
 from connectors.local._inotify import InotifyFD, _InotifyFD, _InotifyObserver
-from connectors.local.store import _check_key, _check_root, _etag, _mtime, _scan, content_etag
+from connectors.local._pending import _PendingFiles
+from connectors.local.store import _check_root
 from connectors.protocols import Listener, Received
 
 __all__ = ["LocalListener"]
@@ -74,209 +71,6 @@ _POLLING_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDele
                    DirMovedEvent, DirDeletedEvent]
 
 
-_CREATE, _REMOVE, _CANDIDATE = "create", "remove", "candidate"
-
-
-@dataclass(slots=True)
-class _Pending:
-    kind: str  # _CREATE: complete, emit when due; _CANDIDATE: emit once stable; _REMOVE
-    deadline: float
-    event_time: datetime
-    signature: tuple[int, int] | None = None  # (size, mtime_ns) at the last stability check
-
-
-class _PendingFiles:
-    """The dispatcher's state, without threads: raw watchdog events in, `FileEvent`s out.
-
-    Each raw event sets its path's pending kind (the last one wins) and pushes its deadline to
-    `at + debounce_s`. `collect(now)` stats every path whose deadline has passed: a regular
-    file is CREATED (a `_CANDIDATE` only once its size and mtime match the previous check,
-    `settle_s` earlier), anything else REMOVED; a pending removal of a file that exists again
-    emits nothing, because the new file's own close will come.
-    """
-
-    def __init__(self, root: str, *, recursive: bool, debounce_s: float, settle_s: float,
-                 complete_on_close: bool, source_id: str, max_pending: int,
-                 stat: Callable[[str], os.stat_result] = os.lstat,
-                 hash_content: bool = False) -> None:
-        self.root = root
-        self.prefix = root if root.endswith(os.sep) else root + os.sep
-        self.recursive = recursive
-        self.debounce_s = debounce_s
-        self.settle_s = settle_s
-        self.complete_on_close = complete_on_close
-        self.source_id = source_id
-        self.max_pending = max_pending
-        self.stat = stat
-        self.hash_content = hash_content
-        self.pending: dict[str, _Pending] = {}
-        self.refresh_reasons: list[str] = []
-        # A rename is complete by convention with inotify; polling cannot tell a rename of a
-        # file still being written from one of a finished file, so it waits for stability.
-        self._moved_in = _CREATE if complete_on_close else _CANDIDATE
-        self._heap: list[tuple[float, str]] = []
-
-    # -- input
-
-    def relative(self, path: str | bytes) -> str | None:
-        """The key of an absolute path inside the root, None outside it (or too deep)."""
-        if not path:
-            return None
-        path = os.fsdecode(path)
-        if not path.startswith(self.prefix) or len(path) == len(self.prefix):
-            return None
-        key = path[len(self.prefix):]
-        if os.sep != "/":
-            key = key.replace(os.sep, "/")
-        if not self.recursive and "/" in key:
-            return None
-        return key
-
-    def refresh(self, reason: str) -> None:
-        if reason not in self.refresh_reasons:
-            logger.warning("local volume %s needs a refresh: %s", self.root, reason)
-            self.refresh_reasons.append(reason)
-
-    def feed(self, event: FileSystemEvent, at: float, wall: datetime) -> None:
-        if event.is_synthetic:
-            return  # watchdog's own walk of a moved/created tree; we walk it ourselves
-        if isinstance(event, DirMovedEvent):
-            self._dir_moved(event, at, wall)
-        elif isinstance(event, FileMovedEvent):
-            src, dest = self.relative(event.src_path), self.relative(event.dest_path)
-            if src is not None:
-                self._mark(src, _REMOVE, at, wall)
-            if dest is not None:
-                self._mark(dest, self._moved_in, at, wall)
-        elif isinstance(event, FileClosedEvent):
-            self._mark_key(event.src_path, _CREATE, at, wall)
-        elif isinstance(event, FileAttribEvent):
-            # `touch`, chmod, a hard link: a new mtime is a change, as it is to a listing
-            # (the etag is mtime and size); report the file once it is stable
-            key = self.relative(event.src_path)
-            if key is not None:
-                self._mark(key, _CANDIDATE, at, wall, weak=True)
-        elif isinstance(event, FileDeletedEvent):
-            self._mark_key(event.src_path, _REMOVE, at, wall)
-        elif isinstance(event, (FileCreatedEvent, FileModifiedEvent)):
-            if not self.complete_on_close:  # polling: no close events, wait for stability
-                self._mark_key(event.src_path, _CANDIDATE, at, wall)
-        elif isinstance(event, DirDeletedEvent):
-            # rmdir needs an empty directory, so its files' deletions were reported one by
-            # one; only the root itself going away loses information.
-            if os.fsdecode(event.src_path).rstrip(os.sep) == self.root.rstrip(os.sep):
-                self.refresh("the volume root was deleted; the listener stopped watching")
-        elif isinstance(event, DirCreatedEvent):
-            # Files written into a new directory before its watch was added sent their close
-            # to nobody: take what is there, once it stops changing.
-            key = self.relative(event.src_path)
-            if key is not None and self.recursive and self.complete_on_close:
-                for file_key, _ in _scan(self.root, key, recursive=True, strict=False):
-                    self._mark(file_key, _CANDIDATE, at, wall, weak=True)
-        self._bound()
-
-    def _dir_moved(self, event: FileSystemEvent, at: float, wall: datetime) -> None:
-        if not self.recursive:
-            return  # a sub-directory's files never belong to a non-recursive volume
-        src, dest = self.relative(event.src_path), self.relative(event.dest_path)
-        if dest is not None:
-            for key, _ in _scan(self.root, dest, recursive=True, strict=False):
-                self._mark(key, self._moved_in, at, wall)
-                if src is not None:
-                    self._mark(src + key[len(dest):], _REMOVE, at, wall)
-        elif src is not None:
-            self.refresh(f"directory {src!r} moved out of the volume; its files are unknown")
-
-    def _mark_key(self, path: str | bytes, kind: str, at: float, wall: datetime) -> None:
-        key = self.relative(path)
-        if key is not None:
-            self._mark(key, kind, at, wall)
-
-    def _mark(self, key: str, kind: str, at: float, wall: datetime, *, weak: bool = False) -> None:
-        pending = self.pending.get(key)
-        deadline = at + self.debounce_s
-        if pending is None:
-            self.pending[key] = _Pending(kind, deadline, wall)
-        elif weak and pending.kind in (_CREATE, _CANDIDATE):
-            return  # a directory walk must not downgrade a complete file to a candidate
-        else:
-            pending.kind, pending.deadline, pending.event_time = kind, deadline, wall
-        heapq.heappush(self._heap, (deadline, key))
-
-    def _bound(self) -> None:
-        if len(self.pending) > self.max_pending:
-            self.pending.clear()
-            self._heap.clear()
-            self.refresh(f"more than {self.max_pending} paths pending; dropped them")
-        elif len(self._heap) > 2 * len(self.pending) + 1024:
-            self._heap = [(p.deadline, k) for k, p in self.pending.items()]
-            heapq.heapify(self._heap)
-
-    # -- output
-
-    def next_deadline(self) -> float | None:
-        heap = self._heap
-        while heap:
-            deadline, key = heap[0]
-            pending = self.pending.get(key)
-            if pending is not None and pending.deadline == deadline:
-                return deadline
-            heapq.heappop(heap)  # superseded by a later event for the same path
-        return None
-
-    def take_refresh(self) -> list[str]:
-        reasons, self.refresh_reasons = self.refresh_reasons, []
-        return reasons
-
-    def collect(self, now: float) -> tuple[list[FileEvent], int]:
-        """Emit the paths whose deadline has passed: REMOVED first, then CREATED, by path."""
-        events: list[FileEvent] = []
-        malformed = 0
-        while (deadline := self.next_deadline()) is not None and deadline <= now:
-            _, key = heapq.heappop(self._heap)
-            pending = self.pending[key]
-            try:
-                event = self._decide(key, pending, now)
-            except InvalidPathError as exc:
-                malformed += 1
-                logger.warning("skipping %s: %s", os.path.join(self.root, key), exc)
-                event = None
-            except OSError as exc:
-                malformed += 1
-                logger.warning("cannot stat %s: %s", os.path.join(self.root, key), exc)
-                event = None
-            if pending.deadline != deadline:
-                continue  # rescheduled: a candidate still settling
-            del self.pending[key]
-            if event is not None:
-                events.append(event)
-        events.sort(key=lambda e: (e.kind is EventKind.CREATED, e.relative_path))
-        return events, malformed
-
-    def _decide(self, key: str, pending: _Pending, now: float) -> FileEvent | None:
-        try:
-            st = self.stat(os.path.join(self.root, key))
-        except (FileNotFoundError, NotADirectoryError):
-            st = None
-        if st is None or not stat_module.S_ISREG(st.st_mode):
-            _check_key(key)
-            return FileEvent.removed(key, event_time=pending.event_time, source_id=self.source_id)
-        if pending.kind == _REMOVE:
-            return None  # recreated since: its own close (or stability) will report it
-        if pending.kind == _CANDIDATE:
-            signature = (st.st_size, st.st_mtime_ns)
-            if signature != pending.signature:
-                pending.signature = signature
-                pending.deadline = now + self.settle_s
-                heapq.heappush(self._heap, (pending.deadline, key))
-                return None
-        _check_key(key)
-        etag = content_etag(os.path.join(self.root, key)) if self.hash_content else _etag(st)
-        return FileEvent.created(key, size=st.st_size, last_modified_time=_mtime(st),
-                                 etag=etag, event_time=pending.event_time,
-                                 source_id=self.source_id)
-
-
 class _Enqueue(FileSystemEventHandler):
     """Runs on watchdog's dispatcher thread: only hands events to the listener's queue."""
 
@@ -290,8 +84,11 @@ class _Enqueue(FileSystemEventHandler):
 class LocalListener(Listener):
     """Listen to a local directory (`Listener`): inotify by default, polling where it can't.
 
-    Only complete files are reported (module docstring). Raw events are debounced per path
-    by `debounce_s`, so a writer that closes a file several times in a row yields one event.
+    Only complete files are reported (module docstring). A closed (or renamed-in, or deleted)
+    file is reported as soon as `receive` sees its event; a path closed again within
+    `debounce_s` of its previous event is debounced, so a writer that closes a file many times
+    in a row yields its first state at once and then one event once it has been quiet for
+    `debounce_s` (`_PendingFiles`).
     `Received.handles` is always empty: there is nothing to acknowledge, so `ack` and
     `extend` do nothing. After a crash the caller should run a refresh, as inotify does not
     replay what happened while nobody listened.
@@ -299,7 +96,10 @@ class LocalListener(Listener):
     Args:
         root: The volume's directory; must exist.
         recursive: Watch sub-directories too; else only direct children count.
-        debounce_s: Quiet time after a path's last raw event before it is emitted.
+        debounce_s: Quiet time before reporting a path that is in a burst of events (seen
+            again within `debounce_s`), and before the stability check of events that do not
+            prove a file complete (IN_ATTRIB, files found in a new directory, polling). A
+            single close is not delayed by it.
         polling: None: inotify, falling back to polling (with a warning) if it cannot start;
             True: always poll; False: inotify or raise.
         poll_interval_s: Seconds between directory snapshots when polling.

@@ -19,11 +19,13 @@ import logging
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connectors.errors import ObjectNotFoundError
 from connectors.events import InvalidPathError, validate_relative_path
@@ -37,6 +39,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 # Characters `_check_key` rejects in a name; surrogates stand for undecodable bytes.
 _SUSPECT = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
+#: the same class for Arrow (RE2) on valid UTF-8 (surrogates cannot reach an Arrow string)
+_SUSPECT_RE2 = r"[\x00-\x1f\x7f\\]"
 
 def file_url(root: str | Path, relative_path: str = "") -> str:
     """The `file://` URL of a file of a local volume (or of the root itself), no percent-encoding.
@@ -96,42 +100,92 @@ def _check_root(root: str | Path) -> str:
     return path
 
 
-def _scan(root: str, top: str = "", *, recursive: bool,
-          strict: bool) -> Iterator[tuple[str, os.stat_result]]:
-    """Yield `(key, lstat)` for the regular files under `root/top` (`top` a '/'-key, '' = root).
+class _Dir(NamedTuple):
+    """The regular files of one directory, as columns, and its sub-directories (keys)."""
+
+    paths: list[str]
+    sizes: list[int]
+    mtimes_ns: list[int]
+    subdirs: list[str]
+
+
+def _scan_dir(root: str, rel_dir: str, *, recursive: bool, strict: bool) -> _Dir:
+    """One directory of a walk (see `_scan` for what is skipped and what raises); one tight
+    loop with no per-file objects, since a refresh walks millions of files."""
+    path = os.path.join(root, rel_dir) if rel_dir else root
+    prefix = rel_dir + "/" if rel_dir else ""
+    found = _Dir([], [], [], [])
+    try:
+        entries = os.scandir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    except PermissionError as exc:
+        if strict:
+            raise PermissionError(exc.errno, "cannot list directory of local volume",
+                                  path) from exc
+        logger.warning("cannot list %s: %s", path, exc)
+        return found
+    add_path, add_size, add_mtime = found.paths.append, found.sizes.append, found.mtimes_ns.append
+    add_dir = found.subdirs.append
+    with entries:
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if recursive:
+                        add_dir(prefix + entry.name)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            add_path(prefix + entry.name)
+            add_size(st.st_size)
+            add_mtime(st.st_mtime_ns)
+    return found
+
+
+def _scan(root: str, top: str = "", *, recursive: bool, strict: bool,
+          workers: int = 1) -> Iterator[_Dir]:
+    """Yield the regular files under `root/top` (`top` a '/'-key, '' = root), a directory at
+    a time (`_Dir`: keys, sizes, mtimes in ns).
 
     Symlinks and special files are skipped. A directory that vanishes mid-walk is skipped; one
     that cannot be read raises `PermissionError` when `strict` (a refresh must not mistake it
-    for an empty directory and delete its rows), else it is logged and skipped.
+    for an empty directory and delete its rows), else it is logged and skipped. With
+    `workers > 1` sub-directories are scanned on a pool of threads (`os.scandir` and `lstat`
+    release the GIL, so a cold or network disk is read in parallel); the files are the same,
+    their order is not.
     """
+    if workers > 1 and recursive:
+        yield from _scan_parallel(root, top, strict=strict, workers=workers)
+        return
     stack = [top]
     while stack:
-        rel_dir = stack.pop()
-        path = os.path.join(root, rel_dir) if rel_dir else root
-        prefix = rel_dir + "/" if rel_dir else ""
+        found = _scan_dir(root, stack.pop(), recursive=recursive, strict=strict)
+        stack.extend(found.subdirs)
+        yield found
+
+
+def _scan_parallel(root: str, top: str, *, strict: bool, workers: int) -> Iterator[_Dir]:
+    with ThreadPoolExecutor(workers, thread_name_prefix="scan") as pool:
+        running: set[Future] = {pool.submit(_scan_dir, root, top, recursive=True,
+                                            strict=strict)}
+        waiting: list[str] = []
         try:
-            entries = os.scandir(path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except PermissionError as exc:
-            if strict:
-                raise PermissionError(exc.errno, "cannot list directory of local volume",
-                                      path) from exc
-            logger.warning("cannot list %s: %s", path, exc)
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if recursive:
-                            stack.append(prefix + entry.name)
-                        continue
-                    if not entry.is_file(follow_symlinks=False):
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                yield prefix + entry.name, st
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    found = future.result()
+                    waiting.extend(found.subdirs)
+                    # keep the pool busy, but hold at most a few directories' files at once
+                    while waiting and len(running) < 2 * workers:
+                        running.add(pool.submit(_scan_dir, root, waiting.pop(), recursive=True,
+                                                strict=strict))
+                    yield found
+        finally:
+            for future in running:
+                future.cancel()
 
 
 class LocalLister(Lister):
@@ -146,6 +200,8 @@ class LocalLister(Lister):
         batch_size: Rows per RecordBatch.
         hash_content: ETags are `content_etag` hashes of the bytes (every file is read), not
             mtime and size; a file that cannot be read is skipped and counted in `malformed`.
+        workers: Threads scanning sub-directories at once (1: one serial walk); the rows are
+            the same, in another order.
 
     Raises (from `list`, at once):
         FileNotFoundError / NotADirectoryError / PermissionError: naming the root; a
@@ -157,9 +213,10 @@ class LocalLister(Lister):
     """
 
     def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000,
-                 hash_content: bool = False) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1: {batch_size}")
+                 hash_content: bool = False, workers: int = 1) -> None:
+        if batch_size < 1 or workers < 1:
+            raise ValueError(f"need batch_size >= 1 and workers >= 1: {batch_size}, {workers}")
+        self.workers = workers
         self.root = os.fspath(root)
         self.recursive = recursive
         self.batch_size = batch_size
@@ -178,42 +235,89 @@ class LocalLister(Lister):
     def _batches(self, root: str) -> Iterator[pa.RecordBatch]:
         paths: list[str] = []
         sizes: list[int] = []
-        mtimes: list[int] = []
-        etags: list[str] = []
-        for key, st in _scan(root, recursive=self.recursive, strict=True):
-            try:
-                # Keys joined from scandir names never have empty, '.' or '..' segments, so
-                # only names with suspect characters need the full (slower) validation.
-                if _SUSPECT.search(key):
-                    _check_key(key)
-            except InvalidPathError as exc:
-                self.malformed += 1
-                if self.malformed <= 10:
-                    logger.warning("skipping %s: %s", os.path.join(root, key), exc)
-                continue
-            if self.hash_content:
-                try:
-                    etag = content_etag(os.path.join(root, key))
-                except FileNotFoundError:
-                    continue  # deleted since the scan
-                except OSError as exc:
-                    self.malformed += 1
-                    logger.warning("skipping %s: cannot read it to hash: %s",
-                                   os.path.join(root, key), exc)
-                    continue
-            else:
-                etag = _etag(st)
-            paths.append(key)
-            sizes.append(st.st_size)
-            mtimes.append(st.st_mtime_ns // 1000)
-            etags.append(etag)
+        mtimes_ns: list[int] = []
+        for found in _scan(root, recursive=self.recursive, strict=True, workers=self.workers):
+            paths.extend(found.paths)
+            sizes.extend(found.sizes)
+            mtimes_ns.extend(found.mtimes_ns)
             if len(paths) >= self.batch_size:
-                yield _listing_batch(paths, sizes, mtimes, etags)
-                paths, sizes, mtimes, etags = [], [], [], []
+                for start in range(0, len(paths) - self.batch_size + 1, self.batch_size):
+                    end = start + self.batch_size
+                    batch = self._batch(root, paths[start:end], sizes[start:end],
+                                        mtimes_ns[start:end])
+                    if batch.num_rows:
+                        yield batch
+                rest = len(paths) - len(paths) % self.batch_size
+                paths, sizes, mtimes_ns = paths[rest:], sizes[rest:], mtimes_ns[rest:]
         if paths:
-            yield _listing_batch(paths, sizes, mtimes, etags)
+            batch = self._batch(root, paths, sizes, mtimes_ns)
+            if batch.num_rows:
+                yield batch
         if self.malformed:
             logger.warning("skipped %d files with unsafe names under %s", self.malformed, root)
+
+    def _batch(self, root: str, paths: list[str], sizes: list[int],
+               mtimes_ns: list[int]) -> pa.RecordBatch:
+        """One batch, validating keys in bulk: keys joined from scandir names never have
+        empty, '.' or '..' segments, so only names with suspect characters (control
+        characters, backslashes, undecodable bytes) need the full check, and Arrow finds them
+        (undecodable bytes make the string array fail: then every key is checked)."""
+        path_array: pa.Array | None = None
+        try:
+            path_array = pa.array(paths, pa.string())
+            suspect = pc.match_substring_regex(path_array, _SUSPECT_RE2)
+            bad = [i for i, flag in enumerate(suspect.to_pylist()) if flag] \
+                if pc.any(suspect).as_py() else []
+        except UnicodeEncodeError:
+            bad = [i for i, key in enumerate(paths) if _SUSPECT.search(key)]
+        skip = set()
+        for i in bad:
+            try:
+                _check_key(paths[i])
+            except InvalidPathError as exc:
+                skip.add(i)
+                self.malformed += 1
+                if self.malformed <= 10:
+                    logger.warning("skipping %s: %s", os.path.join(root, paths[i]), exc)
+        if skip:
+            keep = [i for i in range(len(paths)) if i not in skip]
+            paths = [paths[i] for i in keep]
+            sizes = [sizes[i] for i in keep]
+            mtimes_ns = [mtimes_ns[i] for i in keep]
+        if self.hash_content:
+            return self._hashed_batch(root, paths, sizes, mtimes_ns)
+        etags = [f"{m:x}-{n:x}" for m, n in zip(mtimes_ns, sizes, strict=True)]  # `_etag`
+        if skip or path_array is None:
+            path_array = pa.array(paths, pa.string())
+        return pa.RecordBatch.from_arrays(
+            [path_array, pa.array(sizes, pa.int64()), _microseconds(mtimes_ns),
+             pa.array(etags, pa.string())], schema=LISTING_SCHEMA)
+
+    def _hashed_batch(self, root: str, paths: list[str], sizes: list[int],
+                      mtimes_ns: list[int]) -> pa.RecordBatch:
+        keep: list[int] = []
+        etags: list[str] = []
+        for i, key in enumerate(paths):
+            try:
+                etags.append(content_etag(os.path.join(root, key)))
+            except FileNotFoundError:
+                continue  # deleted since the scan
+            except OSError as exc:
+                self.malformed += 1
+                logger.warning("skipping %s: cannot read it to hash: %s",
+                               os.path.join(root, key), exc)
+                continue
+            keep.append(i)
+        return _listing_batch([paths[i] for i in keep], [sizes[i] for i in keep],
+                              [mtimes_ns[i] // 1000 for i in keep], etags)
+
+
+def _microseconds(mtimes_ns: list[int]) -> pa.Array:
+    """`st_mtime_ns // 1000` as UTC timestamps (floor division, also before 1970)."""
+    ns = pa.array(mtimes_ns, pa.int64())
+    if mtimes_ns and min(mtimes_ns) < 0:
+        return pa.array([m // 1000 for m in mtimes_ns], pa.int64()).cast(_TIMESTAMP)
+    return pc.divide(ns, 1000).cast(_TIMESTAMP)
 
 
 def _listing_batch(paths: list[str], sizes: list[int], mtimes: list[int],

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from watchdog.events import (
     DirCreatedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileDeletedEvent,
     FileModifiedEvent,
@@ -148,15 +149,30 @@ def test_half_written_file_never_appears_until_closed(root: Path, listen) -> Non
     assert [e.size for e in got.of("big.bin")] == [2000]
 
 
-def test_writer_closing_several_times_within_the_debounce_gives_one_event(root: Path,
-                                                                         listen) -> None:
+def test_writer_closing_several_times_within_the_debounce_gives_at_most_two_events(
+        root: Path, listen) -> None:
+    """A burst: its first close may be reported at once, the rest once quiet, as one event."""
     listener = listen(debounce_s=0.3)
     for i in range(5):
         with open(root / "log.txt", "ab") as f:
             f.write(b"line %d\n" % i)
-    got = receive_until(listener, has(("CREATED", "log.txt")))
+    final = os.path.getsize(root / "log.txt")
+    got = receive_until(listener, lambda g: any(e.size == final for e in g.of("log.txt")))
     got.add(receive_for(listener, 0.4))
-    assert [e.size for e in got.of("log.txt")] == [os.path.getsize(root / "log.txt")]
+    sizes = [e.size for e in got.of("log.txt")]
+    assert sizes[-1] == final and len(sizes) <= 2, sizes
+
+
+def test_a_closed_file_is_not_held_back_by_the_debounce(root: Path, listen) -> None:
+    """A close is a complete file: it comes at once, even with a debounce far above the
+    receive timeout used here (the wait ends on the event, not on the clock)."""
+    (root / "gone.txt").write_bytes(b"x")
+    listener = listen(debounce_s=60)
+    (root / "now.txt").write_bytes(b"complete")
+    (root / "gone.txt").unlink()
+    got = receive_until(listener, has(("CREATED", "now.txt"), ("REMOVED", "gone.txt")),
+                        timeout=20)
+    assert [e.size for e in got.of("now.txt")] == [8]
 
 
 def test_overwrite_gives_created_with_new_size_and_etag(root: Path, listen) -> None:
@@ -413,6 +429,28 @@ def test_each_raw_event_pushes_the_deadline(root: Path) -> None:
     assert (event.kind, event.size, event.event_time, malformed) == (
         EventKind.CREATED, 3, WALL + timedelta(seconds=1), 0)
     assert not state.pending and state.next_deadline() is None
+
+
+def test_complete_events_are_due_at_once_and_bursts_are_debounced(root: Path) -> None:
+    state = pending_files(root)
+    (root / "f").write_bytes(b"1")
+    (root / "g").write_bytes(b"22")
+    state.feed(FileClosedEvent(str(root / "f")), 0.0, WALL)
+    assert [e.relative_path for e in state.collect(0.0)[0]] == ["f"]   # no wait
+    state.feed(FileClosedEvent(str(root / "f")), 0.5, WALL)            # again: a burst
+    state.feed(FileClosedEvent(str(root / "g")), 0.5, WALL)
+    assert [e.relative_path for e in state.collect(0.5)[0]] == ["g"]
+    assert state.next_deadline() == 1.5
+    assert [e.relative_path for e in state.collect(1.5)[0]] == ["f"]
+    state.feed(FileClosedEvent(str(root / "f")), 3.0, WALL)            # quiet since 1.5 s
+    assert [e.relative_path for e in state.collect(3.0)[0]] == ["f"]
+    (root / "g").unlink()
+    state.feed(FileDeletedEvent(str(root / "g")), 3.0, WALL)           # deletes: at once too
+    assert [(e.kind, e.relative_path) for e in state.collect(3.0)[0]] == [
+        (EventKind.REMOVED, "g")]
+    state.feed(FileAttribEvent(str(root / "f")), 5.0, WALL)            # not proof of a file
+    assert state.collect(5.0) == ([], 0) and state.next_deadline() == 6.0
+    assert not state._recent  # complete events older than the debounce are forgotten
 
 
 def test_last_raw_event_decides_and_stat_confirms(root: Path) -> None:

@@ -69,6 +69,8 @@ class ScriptedListener:
         self.script = deque(script)
         self.acks: list[tuple[tuple, int]] = []
         self.closed = False
+        self.tail = Received()  # what receive returns once the script is done
+        self.tails = 0
 
     def receive(self, timeout):
         if self.script:
@@ -77,7 +79,8 @@ class ScriptedListener:
                 raise item
             return item
         time.sleep(min(timeout, 0.02))
-        return Received()
+        self.tails += 1
+        return self.tail
 
     def ack(self, handles):
         self.acks.append((tuple(handles), self.table.version()))
@@ -112,6 +115,7 @@ def rig(tmp_path):
     def open_watcher(name):
         table = cat.directory_table(name)
         listener = ScriptedListener(table, scripts.popleft() if scripts else ())
+        listener.tail = r.tail
         opened.append(listener)
         return VolumeWatcher(table, listener, lambda p: not p.endswith(".tmp"),
                              lambda: cat.refresh(name))
@@ -120,6 +124,7 @@ def rig(tmp_path):
         pass
 
     r = Rig()
+    r.tail = Received()
     r.cat, r.data, r.opened, r.scripts, r.open_watcher = cat, data, opened, scripts, open_watcher
     r.table = cat.directory_table("vol")
     return r
@@ -211,6 +216,40 @@ def test_batches_commit_once_and_ack_only_after_their_commit(tmp_path, rig):
     assert metric(daemon, "volume_stream_events_ignored_total", volume="vol") == 1
     assert metric(daemon, "volume_stream_batch_events_count", volume="vol") == 3
     assert listener.closed
+
+
+def test_a_quiet_queue_commits_at_once_and_a_busy_one_batches(tmp_path, rig):
+    """Adaptive batching: no waiting out `max_wait_s` when the queue is quiet; receipts that
+    are already there join the batch (up to `max_batch_events`)."""
+    busy = [Received(events=(put(i),), handles=(f"h{i}",)) for i in range(4)]
+    rig.scripts.append(busy)
+    cfg = config(tmp_path, volumes={"vol": {"max_wait_s": 3600, "refresh_on_start": False}})
+    with Daemon(cfg, catalog=rig.cat, open_watcher=rig.open_watcher) as daemon:
+        wait_for(lambda: len(paths(rig.table)) == 4)  # long before max_wait_s
+        assert rig.table.version() == 1  # the four back-to-back receipts: one commit
+        wait_for(lambda: sum(len(h) for h, _ in rig.opened[0].acks) == 4)
+        assert metric(daemon, "volume_stream_batch_events_count", volume="vol") == 1
+
+
+def test_inotify_daemon_commits_a_closed_file_without_waiting_out_the_timers(tmp_path):
+    """With a real local volume, a debounce and a max wait of an hour, a closed file still
+    becomes a record: the close is a complete file and the queue is quiet."""
+    data = tmp_path / "landing"
+    data.mkdir()
+    cfg = config(tmp_path, volumes={"landing": {
+        "location": str(data), "max_wait_s": 3600, "poll_s": 0.2,
+        "notification": {"type": "LOCAL", "debounce_s": 3600},
+        "streams": {"arrivals": {"mode": "APPEND_ONLY"}}}})
+    with Daemon(cfg) as daemon:
+        cat = daemon.catalog
+        assert wait_for(lambda: daemon.readiness()[0])
+        for name in ("a.bin", "b.bin"):
+            (data / name).write_bytes(b"payload")
+            wait_for(lambda n=name: n in cat.read_stream_arrow("arrivals")[
+                "relative_path"].to_pylist())
+        rows = cat.read_stream_arrow("arrivals").to_pylist()
+        assert sorted(r["relative_path"] for r in rows) == ["a.bin", "b.bin"]
+        assert {r["size"] for r in rows} == {7}
 
 
 def test_filtered_events_are_counted_not_committed(tmp_path, rig):
@@ -353,11 +392,11 @@ def test_listener_asking_for_refresh_and_scheduled_refresh(tmp_path, rig):
 
 def test_stop_commits_and_acks_the_batch_in_hand(tmp_path, rig):
     rig.scripts.append([Received(events=(put(1),), handles=("h1",))])
+    rig.tail = Received(malformed=1)  # the queue stays busy: the batch stays open
     cfg = config(tmp_path, volumes={"vol": {"max_wait_s": 60, "refresh_on_start": False}})
     daemon = Daemon(cfg, catalog=rig.cat, open_watcher=rig.open_watcher).start()
-    wait_for(lambda: rig.opened and not rig.opened[0].script)
-    time.sleep(0.2)
-    assert paths(rig.table) == []  # still waiting for the batch to fill
+    wait_for(lambda: rig.opened and rig.opened[0].tails >= 5)
+    assert paths(rig.table) == []  # still collecting the batch
     started = time.monotonic()
     daemon.stop()
     assert daemon.join(10)

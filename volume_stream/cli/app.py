@@ -34,6 +34,7 @@ from volume_stream.cli._common import (
     stop_on_sigterm,
 )
 from volume_stream.cli._common import catalog as _catalog
+from volume_stream.cli._progress import refresh_progress
 from volume_stream.errors import VolumeStreamError
 from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
@@ -82,8 +83,16 @@ def volume_list(warehouse: Warehouse = None, as_json: AsJson = False) -> None:
 
 @volume_app.command("refresh")
 def volume_refresh(name: str, warehouse: Warehouse = None) -> None:
-    """List the volume and commit what changed since the directory table's latest version."""
-    m = _catalog(warehouse).refresh(name)
+    """List the volume and commit what changed since the directory table's latest version.
+
+    On a terminal a live line counts the files listed and changed; otherwise (a pipe, a file)
+    only the result line is printed."""
+    cat = _catalog(warehouse)
+    if out.is_terminal:
+        with refresh_progress(out) as progress:
+            m = cat.refresh(name, progress)
+    else:
+        m = cat.refresh(name)
     version = "no new version" if m.version is None else f"version {m.version}"
     out.print(f"refreshed {name}: listed {m.listed}, +{m.inserted} ~{m.updated} -{m.deleted} "
               f"({version}, {m.seconds:.2f}s)")

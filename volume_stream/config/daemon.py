@@ -157,8 +157,10 @@ class VolumeConfig(_Section):
     options: dict[str, Any] = Field(default_factory=dict)
     streams: dict[str, StreamConfig] = Field(default_factory=dict)
     enabled: bool = True
-    max_batch_events: int = Field(1000, ge=1)
-    max_wait_s: float = Field(0.5, ge=0)
+    max_batch_events: int = Field(1000, ge=1, description="cap on a batch under load")
+    max_wait_s: float = Field(0.5, ge=0, description=(
+        "cap on how long a batch keeps growing after its first event; a batch is committed "
+        "earlier, as soon as a receive finds the queue quiet"))
     poll_s: float = Field(1.0, gt=0, description="receive timeout while idle")
     refresh_on_start: bool = True
     refresh_interval_s: float | None = Field(3600.0, ge=0, description="0 or null: never")

@@ -4,7 +4,11 @@ A `VolumeRunner` owns one thread. It opens the volume's `VolumeWatcher` (whateve
 the watcher carries the listener, the path filter and the refresh), runs a full-listing refresh
 at start (the listener is already running, so nothing falls between the two), then loops:
 
-1. receive until `max_batch_events` events arrived or `max_wait_s` passed since the first;
+1. receive a batch adaptively: wait up to `poll_s` for a first event, then keep taking what
+   is already there (receives that do not wait) while events keep coming, and commit as soon
+   as one of them comes back empty, or the batch holds `max_batch_events`, or `max_wait_s`
+   passed since its first event. A quiet queue commits each event at once; under load a batch
+   grows to what arrived during the previous commit, up to those caps;
 2. commit them as one `DirectoryTable.apply` (one version, or none if nothing changed);
 3. acknowledge the messages only after that commit;
 4. refresh when the listener says it lost events, and every `refresh_interval_s`;
@@ -298,13 +302,14 @@ class VolumeRunner(LoopThread):
             self.metrics.queue_backlog.labels(self.name).set(value)
 
     def _collect(self) -> _Batch | None:
-        """Receive until the batch is full or `max_wait_s` passed since its first event."""
+        """Receive adaptively (module docstring, step 1): after the first event, receives do
+        not wait, and the first one that comes back empty closes the batch."""
         assert self._watcher is not None
         watcher, cfg = self._watcher, self.config
         batch = _Batch()
         deadline: float | None = None
         while True:
-            timeout = cfg.poll_s if deadline is None else max(0.0, deadline - self._clock())
+            timeout = cfg.poll_s if deadline is None else 0.0
             self._stage = "receive"
             try:
                 received = watcher.receive(timeout)
@@ -323,6 +328,9 @@ class VolumeRunner(LoopThread):
                 if not (batch.events or batch.handles or batch.needs_refresh):
                     return None
                 deadline = self._clock() + cfg.max_wait_s
+            elif not (received.events or received.handles or received.needs_refresh
+                      or received.malformed or received.ignored):
+                break  # the queue is quiet: commit what we hold now
             if len(batch.events) >= cfg.max_batch_events or self._clock() >= deadline \
                     or self._stop.is_set():
                 break

@@ -26,7 +26,9 @@ __all__ = ["LocalNotification", "MnsNotification", "SqsNotification", "notificat
 @dataclass(frozen=True)
 class LocalNotification:
     """Watch a local folder with inotify (watchdog); `polling=True` forces the stat-polling
-    fallback (network file systems, containers without inotify)."""
+    fallback (network file systems, containers without inotify). A closed file is reported
+    at once; `debounce_s` is the quiet time asked of a path in a burst of writes (closed again
+    within `debounce_s`) and of events that do not prove a file complete (`LocalListener`)."""
 
     polling: bool = False
     debounce_s: float = 0.2

@@ -2,15 +2,17 @@
 table's current version, and turn the difference into events for one `apply`.
 
 The diff is a vectorised join (no Python loop over the listing): Arrow on the driver for
-ordinary volumes, Spark when the listing and the table together pass a threshold (millions of
-rows), so the join's memory and CPU go to the executors. Only the rows that differ come back and
+ordinary volumes, bucket group by bucket group (`diff_by_buckets`: a bucketed directory table
+is read a group of buckets at a time, so the stored rows are never all in memory next to the
+listing), Spark when the listing passes a threshold (millions of rows), so the join's memory
+and CPU go to the executors. Only the rows that differ come back and
 become `FileEvent`s. It heals missed events and backfills files that existed before the volume
 had a queue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 import pyarrow as pa
@@ -18,8 +20,13 @@ import pyarrow.compute as pc
 
 from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind, FileEvent, InvalidPathError
+from directory_table.layout import bucket_array
 
-__all__ = ["diff_listing", "diff_listing_spark", "read_listing"]
+__all__ = ["ROWS_PER_BUCKET_GROUP", "Progress", "counted", "diff_by_buckets", "diff_listing",
+           "diff_listing_spark", "group_size_for", "read_listing"]
+
+#: `progress(stage, listed, changed)`: stage is "listing", "diffing" or "committing"
+Progress = Callable[[str, int, int], None]
 
 _KEYS = ["relative_path", "size", "etag", "last_modified_time"]
 _STORED = ["size_stored", "etag_stored", "last_modified_time_stored"]
@@ -29,13 +36,72 @@ _STORED = ["size_stored", "etag_stored", "last_modified_time_stored"]
 _ORDER = ["_sequencer", "_event_time"]
 
 
-def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool]) -> pa.Table:
-    """Collect a lister's batches into one table, keeping only paths the volume accepts."""
+#: a refresh diffs bucket groups holding about this many rows each (`group_size_for`)
+ROWS_PER_BUCKET_GROUP = 1_000_000
+
+
+def group_size_for(rows: int, buckets: int) -> int:
+    """Buckets per group so that a group holds about `ROWS_PER_BUCKET_GROUP` of `rows`."""
+    groups = max(1, -(-rows // ROWS_PER_BUCKET_GROUP))
+    return max(1, -(-buckets // groups))
+
+
+def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool] | None,
+                 *, recursive: bool = True) -> pa.Table:
+    """Collect a lister's batches into one table, keeping only paths the volume accepts:
+    `accept(path)` per path, or, with `accept=None` (a volume without include/exclude globs),
+    the same rule vectorised (no folder markers; no nested paths unless `recursive`)."""
     table = pa.Table.from_batches(list(batches), schema=LISTING_SCHEMA)
     if table.num_rows == 0:
         return table
-    keep = pa.array([accept(p) for p in table["relative_path"].to_pylist()], pa.bool_())
+    paths = table["relative_path"]
+    if accept is None:
+        drop = pc.ends_with(paths, "/")
+        if not recursive:
+            drop = pc.or_(drop, pc.match_substring(paths, "/"))
+        return table.filter(pc.invert(drop))
+    keep = pa.array([accept(p) for p in paths.to_pylist()], pa.bool_())
     return table.filter(keep)
+
+
+def counted(batches: Iterable[pa.RecordBatch], progress: Progress | None,
+            ) -> Iterator[pa.RecordBatch]:
+    """The lister's batches, reporting the running count of listed rows."""
+    listed = 0
+    for batch in batches:
+        listed += batch.num_rows
+        if progress is not None:
+            progress("listing", listed, 0)
+        yield batch
+
+
+def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None], pa.Table],
+                    buckets: int, listed_at: datetime, *, store_times: bool = True,
+                    group_size: int = 16, progress: Progress | None = None,
+                    ) -> tuple[list[FileEvent], int]:
+    """`diff_listing`, a group of `group_size` buckets at a time: the listing's rows of the
+    group (by the table's bucket hash of their path) against `read_stored(group)`, the stored
+    rows of those buckets only (`read_stored(None)`: all of them, when there is one group).
+    The events are those of one whole diff; only one group's stored rows are held at once."""
+    events: list[FileEvent] = []
+    invalid = 0
+    if buckets <= 1 or group_size >= buckets:
+        events, invalid = diff_listing(listing, read_stored(None), listed_at,
+                                       store_times=store_times)
+        if progress is not None:
+            progress("diffing", listing.num_rows, len(events))
+        return events, invalid
+    of_path = bucket_array(listing["relative_path"].to_pylist(), buckets)
+    for start in range(0, buckets, group_size):
+        stop = min(buckets, start + group_size)
+        part = listing.filter(pc.and_(pc.greater_equal(of_path, start), pc.less(of_path, stop)))
+        found, bad = diff_listing(part, read_stored(list(range(start, stop))), listed_at,
+                                  store_times=store_times)
+        events.extend(found)
+        invalid += bad
+        if progress is not None:
+            progress("diffing", listing.num_rows, len(events))
+    return events, invalid
 
 
 def _differs(left: pa.Table, col: str) -> pa.ChunkedArray:
@@ -57,8 +123,26 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
     anyone can set: `touch -d`, `cp -p`, archives) it is `listed_at`, the clock the local
     listener stamps its events with, so a later event is always newer (DESIGN §4.2)."""
     stored = stored.select(_KEYS + _ORDER).rename_columns(["relative_path"] + _STORED + _ORDER)
-    joined = listing.select(_KEYS).join(stored, "relative_path", join_type="full outer")
+    left = listing.select(_KEYS)
+    joined = _same_paths(left, stored)
+    if joined is None:
+        joined = left.join(stored, "relative_path", join_type="full outer")
     return _events(joined, listed_at, store_times)
+
+
+def _same_paths(left: pa.Table, stored: pa.Table) -> pa.Table | None:
+    """The join when both sides hold the same paths (a refresh of a volume with no file added
+    or removed, the usual case): both sorted by path, side by side. A sort of each side costs
+    less than a hash join of millions of rows. None when the paths differ."""
+    if left.num_rows != stored.num_rows or left.num_rows == 0:
+        return None
+    left = left.take(pc.sort_indices(left["relative_path"]))
+    right = stored.take(pc.sort_indices(stored["relative_path"]))
+    if not pc.all(pc.equal(left["relative_path"], right["relative_path"])).as_py():
+        return None
+    return pa.Table.from_arrays(
+        [*left.columns, *(right[c] for c in right.column_names[1:])],
+        names=left.column_names + right.column_names[1:])
 
 
 def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime, *,

@@ -21,9 +21,16 @@ from volume_stream.errors import (
     InvalidInputError,
     converted,
 )
+from volume_stream.volumes import refresh as listing_diff
 from volume_stream.volumes.backends import backend_for, check_options, normalize_location
 from volume_stream.volumes.notifications import notification_from_dict
-from volume_stream.volumes.refresh import diff_listing, diff_listing_spark, read_listing
+from volume_stream.volumes.refresh import (
+    Progress,
+    counted,
+    diff_by_buckets,
+    diff_listing_spark,
+    read_listing,
+)
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
 from volume_stream.warehouse import STREAM, VOLUME, CatalogState, Warehouse, check_name, entry, now
@@ -181,29 +188,39 @@ class VolumeRegistry:
         return info
 
     # ------------------------------------------------------------------ refresh and watch
-    def refresh(self, volume: str) -> RefreshMetrics:
+    def refresh(self, volume: str, progress: Progress | None = None) -> RefreshMetrics:
         spec = self.spec(volume)
         with converted(f"volume {volume!r}"):
-            return self._refresh(spec)
+            return self._refresh(spec, progress)
 
-    def _refresh(self, spec: VolumeSpec) -> RefreshMetrics:
+    def _refresh(self, spec: VolumeSpec, progress: Progress | None = None) -> RefreshMetrics:
         table = self.table(spec)
         started = datetime.now(UTC)
         # The version is pinned before listing: whatever the table learns while we list is
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
         base = table.version()
         lister = backend_for(spec).lister(self.with_options(spec))
-        listing = read_listing(lister.list(), spec.accepts())
-        stored = table.snapshot(base, columns=["relative_path", "size", "etag",
-                                               "last_modified_time", "_sequencer",
-                                               "_event_time"])
+        globs = spec.options.get("include") or spec.options.get("exclude")
+        listing = read_listing(counted(lister.list(), progress),
+                               spec.accepts() if globs else None, recursive=spec.recursive)
+        columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
+                   "_event_time"]
         threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
         store_times = spec.scheme != "file"  # local mtimes are no clock (DESIGN §4.2)
-        if listing.num_rows + stored.num_rows > threshold:
-            events, invalid = diff_listing_spark(self._spark(), listing, stored, started,
+        if listing.num_rows > threshold:
+            events, invalid = diff_listing_spark(self._spark(), listing,
+                                                 table.snapshot(base, columns=columns), started,
                                                  store_times=store_times)
         else:
-            events, invalid = diff_listing(listing, stored, started, store_times=store_times)
+            layout = table.layout()
+            buckets = layout.buckets if layout.bucketed else 1
+            rows = max(listing.num_rows, table.file_count()) if buckets > 1 else 0
+            events, invalid = diff_by_buckets(
+                listing, lambda group: table.snapshot(base, columns=columns, buckets=group),
+                buckets, started, store_times=store_times,
+                group_size=listing_diff.group_size_for(rows, buckets), progress=progress)
+        if progress is not None:
+            progress("committing", listing.num_rows, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
         result = table.apply(events, listed_at_version=base)
