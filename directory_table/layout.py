@@ -33,7 +33,9 @@ from deltalake import DeltaTable
 __all__ = [
     "BUCKETS_KEY",
     "DEFAULT_BUCKETS",
+    "DEFAULT_TARGET_FILE_SIZE",
     "MIGRATED_KEY",
+    "TARGET_FILE_SIZE_KEY",
     "Layout",
     "bucket_array",
     "bucket_groups",
@@ -50,7 +52,13 @@ BUCKETS_KEY = "volume_stream.buckets"
 #: table property holding the version that rewrote a pre-bucket table into buckets
 MIGRATED_KEY = "volume_stream.migrated_version"
 #: bucket count of a new table (fixed for its lifetime)
-DEFAULT_BUCKETS = 128
+DEFAULT_BUCKETS = 16
+#: table property (Delta's own) bounding the size of the data files writers make; delta-rs
+#: honours it in appends and compaction, `directory_table.rewrite` in its rewrites
+TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
+#: data file size of a new table: files of a few thousand rows, sorted by path inside their
+#: bucket, so a small batch rewrites little and min/max statistics prune
+DEFAULT_TARGET_FILE_SIZE = 256 * 1024
 BUCKET_COLUMN = "_bucket"
 #: delta-rs truncates long string statistics (1.6: to 64 chars, the max rounded up); a max at
 #: least this long is also treated as a possible prefix of the real max, to be safe

@@ -27,10 +27,13 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
+from directory_table import rewrite
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
+    DEFAULT_TARGET_FILE_SIZE,
+    TARGET_FILE_SIZE_KEY,
     Layout,
     bucket_array,
     bucket_groups,
@@ -104,18 +107,24 @@ class DirectoryTable:
         self.tombstones_path = f"{self.root}/tombstones"
         self._dt: DeltaTable | None = None
 
+    #: batches of at least this many paths are written by rewriting the touched files in
+    #: Arrow (`directory_table.rewrite`) rather than by a delta-rs merge; None: always merge
+    rewrite_min_events: int | None = 1
+
     # ---------------------------------------------------------------- lifecycle
     @classmethod
     def create(cls, root: str, base_url: str, *, retention_days: float = 7,
                storage_options: dict[str, str] | None = None,
-               buckets: int = DEFAULT_BUCKETS) -> DirectoryTable:
+               buckets: int = DEFAULT_BUCKETS,
+               target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> DirectoryTable:
         """Create an empty table (version 0) and its tombstone table, both split into
-        `buckets` hash buckets of `relative_path` (fixed for the table's lifetime; see
-        `directory_table.layout`)."""
+        `buckets` hash buckets of `relative_path` (fixed for the table's lifetime), with data
+        files of about `target_file_size` bytes (see `directory_table.layout`)."""
         if buckets < 1:
             raise ValueError(f"buckets must be >= 1, not {buckets}")
         table = cls(root, base_url, storage_options)
-        config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets)}
+        config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets),
+                  TARGET_FILE_SIZE_KEY: str(target_file_size)}
         DeltaTable.create(table.path, schema=BUCKETED_SCHEMA, mode="error", name="directory",
                           partition_by=[BUCKET_FIELD.name], configuration=config,
                           storage_options=table.storage_options, raise_if_key_not_exists=False)
@@ -180,14 +189,18 @@ class DirectoryTable:
             dt = self.delta()
             base_version = dt.version()
             layout = Layout.of(dt)
-            plan = self._plan(dt, layout, latest, listed_at_version)
+            loaded = None
+            if (self.rewrite_min_events is not None and len(latest) >= self.rewrite_min_events
+                    and len(latest) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
+                loaded = rewrite.load(dt, layout, list(latest))
+            plan = self._plan(dt, layout, latest, listed_at_version, loaded)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,
                              unchanged=plan.unchanged, events=len(events))
             if plan.empty:
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
-                self._commit(dt, layout, base_version, plan)
+                self._commit(dt, layout, base_version, plan, loaded)
             except CommitFailedError:
                 log.info("directory table %s: lost the race for version %d; re-planning",
                          self.path, base_version + 1)
@@ -198,12 +211,13 @@ class DirectoryTable:
         raise CommitConflict(f"could not commit to {self.path} after {_MAX_ATTEMPTS} attempts")
 
     def _plan(self, dt: DeltaTable, layout: Layout, latest: dict[str, FileEvent],
-              listed_at_version: int | None) -> Plan:
+              listed_at_version: int | None, loaded: rewrite.Loaded | None) -> Plan:
         tomb = self.tombstones()
         tomb_layout = Layout.of(tomb)
         plan = Plan()
         for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
-            stored = self._lookup(dt, layout, group)
+            stored = (self._stored_rows(loaded.stored(group)) if loaded is not None
+                      else self._lookup(dt, layout, group))
             missing = [p for p in group if p not in stored]
             tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
             part = plan_changes({p: latest[p] for p in group}, stored, tombstones,
@@ -215,7 +229,8 @@ class DirectoryTable:
             plan.unchanged += part.unchanged
         return plan
 
-    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan) -> None:
+    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan,
+                loaded: rewrite.Loaded | None) -> None:
         version = base_version + 1
         now = datetime.now(UTC)
         props = CommitProperties(max_commit_retries=0,
@@ -226,6 +241,14 @@ class DirectoryTable:
         rows = self._rows(changed, version, now)
         if not plan.updates and not plan.deletes:
             write_deltalake(dt, for_layout(rows, layout), mode="append", commit_properties=props)
+            return
+        if loaded is not None:
+            rewrite.commit(dt, layout, loaded, version=version, new_rows=for_layout(rows, layout),
+                           updated=[e.relative_path for e in plan.updates],
+                           deleted=[e.relative_path for e in plan.deletes],
+                           inserted=[e.relative_path for e in plan.inserts], now=now,
+                           custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
+                           storage_options=self.storage_options)
             return
         deletes = pa.table({"relative_path": pa.array([e.relative_path for e in plan.deletes],
                                                       pa.string())})
