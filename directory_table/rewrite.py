@@ -107,14 +107,19 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str]) -> Loaded:
 
     wanted = set(touched_files(dt, layout, paths))
     actions = pa.table(dt.get_add_actions(flatten=True))
-    files, counts = [], []
-    for p, size, bucket, n in zip(actions["path"].to_pylist(),
-                                  actions["size_bytes"].to_pylist(),
-                                  actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
-                                  actions["num_records"].to_pylist(), strict=True):
-        if p in wanted:
-            files.append((p, int(size), int(bucket)))
-            counts.append(n)
+    lows = (actions["min.relative_path"].to_pylist()
+            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
+    found = sorted(
+        (int(bucket), low or "", p, int(size), n)
+        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
+                                           actions["size_bytes"].to_pylist(),
+                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
+                                           actions["num_records"].to_pylist(), lows, strict=True)
+        if p in wanted)
+    # read in (bucket, path range) order: rows come out grouped by bucket, sorted by path
+    # inside it when the files' ranges do not overlap
+    files = [(p, size, bucket) for bucket, _, p, size, _ in found]
+    counts = [n for *_, n in found]
     schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
         pa.field(_FILE, pa.int32()))
     if not files:
@@ -149,16 +154,36 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     `CommitFailedError` when another writer made `version` first.
     """
     max_rows_per_file = _rows_per_file(dt, loaded)
-    removed = pa.array(updated + deleted, pa.string())
     rows = loaded.rows
-    hit = pc.is_in(rows["relative_path"], value_set=removed)
-    rewritten = sorted(set(pc.filter(rows[_FILE], hit).to_pylist()))
-    in_rewritten = pc.is_in(rows[_FILE], value_set=pa.array(rewritten, pa.int32()))
-    kept = rows.filter(pc.and_(in_rewritten, pc.invert(hit))).drop_columns([_FILE])
-    data = pa.concat_tables([kept, new_rows.select(kept.column_names).cast(kept.schema)])
-    data = data.sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
+    names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
+    images = new_rows.filter(pc.is_in(new_rows["relative_path"],
+                                      value_set=pa.array(updated, pa.string())))
+    # per stored row: the index of its new image (-1: not updated), whether it is deleted
+    image_of = pc.fill_null(pc.index_in(rows["relative_path"],
+                                        value_set=images["relative_path"]), -1).to_numpy()
+    if deleted:
+        gone = pc.is_in(rows["relative_path"],
+                        value_set=pa.array(deleted, pa.string())).to_numpy(zero_copy_only=False)
+    else:
+        gone = np.zeros(rows.num_rows, dtype=bool)
+    hit = (image_of >= 0) | gone
+    file_of = rows[_FILE].to_numpy()
+    rewritten = np.unique(file_of[hit]).tolist()
+    # the rows of the rewritten files, in their order (files ordered by bucket and path range):
+    # an updated row takes its new image in place, a deleted one is dropped, so the files'
+    # sort order holds without sorting anything; one `take` builds them
+    keep = np.flatnonzero(np.isin(file_of, rewritten) & ~gone)
+    source = keep.copy()
+    moved = image_of[keep] >= 0
+    source[moved] = rows.num_rows + image_of[keep][moved]
+    both = pa.concat_tables([rows.select(names),
+                             images.select(names).cast(rows.select(names).schema)])
+    kept = both.take(pa.array(source, pa.int64()))
+    new_paths = new_rows.filter(pc.is_in(new_rows["relative_path"],
+                                         value_set=pa.array(inserted, pa.string())))
+    data_parts = [kept, new_paths.select(names).cast(kept.schema)]
 
-    stored = rows.filter(hit).drop_columns([_FILE])
+    stored = rows.take(pa.array(np.flatnonzero(hit), pa.int64())).drop_columns([_FILE])
     cdc = pa.concat_tables([
         _tagged(new_rows.filter(pc.is_in(new_rows["relative_path"],
                                          value_set=pa.array(inserted, pa.string()))), "insert"),
@@ -182,11 +207,12 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
                                    "partitionValues": {BUCKET_COLUMN: str(bucket)},
                                    "size": size}})
     jobs: list[tuple[str, str, int, pa.Table]] = []
-    for bucket, part in _by_bucket(data):
-        for start in range(0, part.num_rows, max_rows_per_file):
-            chunk = part.slice(start, max_rows_per_file).select(TABLE_SCHEMA.names)
-            jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
-                                ".snappy.parquet", bucket, chunk))
+    for data in data_parts:  # rewritten rows, then new paths (sorted): each by bucket
+        for bucket, rows_of_bucket in _by_bucket(data):
+            for start in range(0, rows_of_bucket.num_rows, max_rows_per_file):
+                chunk = rows_of_bucket.slice(start, max_rows_per_file).select(TABLE_SCHEMA.names)
+                jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
+                                    ".snappy.parquet", bucket, chunk))
     for bucket, part in _by_bucket(cdc):
         jobs.append(("cdc", f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
                             ".c000.snappy.parquet", bucket, part.select(_CDC_SCHEMA.names)))
@@ -209,8 +235,8 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
             "isBlindAppend": False, **custom_metadata,
             "operationMetrics": {"numRemovedFiles": len(rewritten),
                                  "numAddedFiles": sum(1 for a in actions if "add" in a),
-                                 "numOutputRows": data.num_rows,
-                                 "numCopiedRows": kept.num_rows,
+                                 "numOutputRows": kept.num_rows + new_paths.num_rows,
+                                 "numCopiedRows": kept.num_rows - images.num_rows,
                                  "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a)}}
     body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
                                                                     *actions]) + "\n"
@@ -266,7 +292,7 @@ def _rows_per_file(dt: DeltaTable, loaded: Loaded) -> int:
     if not target or not size or not loaded.rows.num_rows:
         return MAX_ROWS_PER_FILE
     per_row = size / loaded.rows.num_rows
-    return max(1024, min(MAX_ROWS_PER_FILE, int(int(target) / per_row)))
+    return max(1, min(MAX_ROWS_PER_FILE, int(int(target) / per_row)))
 
 
 def _tagged(rows: pa.Table, change_type: str) -> pa.Table:
@@ -274,14 +300,14 @@ def _tagged(rows: pa.Table, change_type: str) -> pa.Table:
 
 
 def _by_bucket(table: pa.Table):
-    """(bucket, rows) of a table sorted by bucket."""
+    """(bucket, rows) for each run of rows of one bucket (a table grouped by bucket: one run
+    per bucket)."""
     if table.num_rows == 0:
         return
-    counts = pc.value_counts(table[BUCKET_COLUMN]).to_pylist()
-    start = 0
-    for c in sorted(counts, key=lambda c: c["values"]):
-        yield int(c["values"]), table.slice(start, c["counts"])
-        start += c["counts"]
+    buckets = table[BUCKET_COLUMN].to_numpy()
+    starts = [0, *(np.flatnonzero(buckets[1:] != buckets[:-1]) + 1).tolist(), len(buckets)]
+    for a, b in zip(starts, starts[1:], strict=False):
+        yield int(buckets[a]), table.slice(a, b - a)
 
 
 #: Parquet settings of the files written here. Dictionary encoding and column statistics for
