@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +43,7 @@ from directory_table.layout import (
 #: a `DirectoryTable` (not imported: the table imports this module)
 DirectoryTable = Any
 
-__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "migrate", "optimize"]
+__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "apply_retention", "migrate", "optimize"]
 
 log = logging.getLogger(__name__)
 
@@ -202,3 +203,17 @@ def _migrate_tombstones(table: DirectoryTable, buckets: int) -> None:
             continue
     raise CommitConflict(f"could not migrate {table.tombstones_path}: other writers kept "
                        "committing")
+
+
+def apply_retention(table: DirectoryTable, retention_days: float) -> dict:
+    """See `DirectoryTable.apply_retention`."""
+    dt = table.delta()
+    dt.create_checkpoint()
+    removed_logs = dt.cleanup_metadata()
+    vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
+                         enforce_retention_duration=False, dry_run=False)
+    horizon = datetime.now(UTC) - timedelta(days=retention_days)
+    table.tombstones().delete(f"deleted_at < '{horizon.strftime('%Y-%m-%d %H:%M:%S.%f')}'")
+    table._dt = None
+    return {"oldest_version": table.oldest_version(), "vacuumed_files": len(vacuumed),
+            "removed_logs": removed_logs}

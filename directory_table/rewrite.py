@@ -181,7 +181,7 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     kept = both.take(pa.array(source, pa.int64()))
     new_paths = new_rows.filter(pc.is_in(new_rows["relative_path"],
                                          value_set=pa.array(inserted, pa.string())))
-    data_parts = [kept, new_paths.select(names).cast(kept.schema)]
+    data = _with_new_paths(kept, new_paths.select(names).cast(kept.schema))
 
     stored = rows.take(pa.array(np.flatnonzero(hit), pa.int64())).drop_columns([_FILE])
     cdc = pa.concat_tables([
@@ -207,12 +207,11 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
                                    "partitionValues": {BUCKET_COLUMN: str(bucket)},
                                    "size": size}})
     jobs: list[tuple[str, str, int, pa.Table]] = []
-    for data in data_parts:  # rewritten rows, then new paths (sorted): each by bucket
-        for bucket, rows_of_bucket in _by_bucket(data):
-            for start in range(0, rows_of_bucket.num_rows, max_rows_per_file):
-                chunk = rows_of_bucket.slice(start, max_rows_per_file).select(TABLE_SCHEMA.names)
-                jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
-                                    ".snappy.parquet", bucket, chunk))
+    for bucket, rows_of_bucket in data:
+        for start in range(0, rows_of_bucket.num_rows, max_rows_per_file):
+            chunk = rows_of_bucket.slice(start, max_rows_per_file).select(TABLE_SCHEMA.names)
+            jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
+                                ".snappy.parquet", bucket, chunk))
     for bucket, part in _by_bucket(cdc):
         jobs.append(("cdc", f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
                             ".c000.snappy.parquet", bucket, part.select(_CDC_SCHEMA.names)))
@@ -235,7 +234,7 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
             "isBlindAppend": False, **custom_metadata,
             "operationMetrics": {"numRemovedFiles": len(rewritten),
                                  "numAddedFiles": sum(1 for a in actions if "add" in a),
-                                 "numOutputRows": kept.num_rows + new_paths.num_rows,
+                                 "numOutputRows": sum(t.num_rows for _, t in data),
                                  "numCopiedRows": kept.num_rows - images.num_rows,
                                  "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a)}}
     body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
@@ -282,6 +281,28 @@ def _pool() -> _Writers:
         if _POOL is None:
             _POOL = _Writers(_WRITERS)
     return _POOL
+
+
+def _with_new_paths(kept: pa.Table, new: pa.Table) -> list[tuple[int, pa.Table]]:
+    """(bucket, rows) to write: each bucket's rewritten rows with the bucket's new paths.
+    New paths that all sort after the rewritten rows are appended; otherwise the bucket's rows
+    are sorted by path (a bucket without rewritten rows gets its sorted new paths alone)."""
+    out: dict[int, list[pa.Table]] = {}
+    for bucket, rows in _by_bucket(kept):
+        out.setdefault(bucket, []).append(rows)
+    for bucket, rows in _by_bucket(new):
+        out.setdefault(bucket, []).append(rows)
+    result = []
+    for bucket, parts in out.items():
+        if len(parts) == 1:
+            result.append((bucket, parts[0]))
+            continue
+        rows = pa.concat_tables(parts)
+        first_new = pc.min(parts[-1]["relative_path"]).as_py()
+        if not all(pc.max(p["relative_path"]).as_py() < first_new for p in parts[:-1]):
+            rows = rows.sort_by("relative_path")
+        result.append((bucket, rows))
+    return sorted(result, key=lambda r: r[0])
 
 
 def _rows_per_file(dt: DeltaTable, loaded: Loaded) -> int:

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -42,7 +42,13 @@ from directory_table.layout import (
     read_matching,
     touched_files,
 )
-from directory_table.planner import Plan, StoredRow, newest_per_path, plan_changes
+from directory_table.planner import (
+    Plan,
+    StoredRow,
+    newest_per_path,
+    plan_changes,
+    stored_rows,
+)
 from directory_table.schema import (
     BUCKET_FIELD,
     BUCKETED_SCHEMA,
@@ -106,9 +112,11 @@ class DirectoryTable:
         self.path = f"{self.root}/directory"
         self.tombstones_path = f"{self.root}/tombstones"
         self._dt: DeltaTable | None = None
+        self._tomb: DeltaTable | None = None
 
-    #: batches of at least this many paths are written by rewriting the touched files in
-    #: Arrow (`directory_table.rewrite`) rather than by a delta-rs merge; None: always merge
+    #: batches of at least this many paths that update or delete rows are written by
+    #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
+    #: None: always a delta-rs merge
     rewrite_min_events: int | None = 1
 
     # ---------------------------------------------------------------- lifecycle
@@ -149,7 +157,12 @@ class DirectoryTable:
             raise TableMissing(f"no directory table at {self.path}") from exc
 
     def tombstones(self) -> DeltaTable:
-        return DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+        """The tombstone table at its latest version (one handle, brought up to date)."""
+        if self._tomb is None:
+            self._tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+        else:
+            self._tomb.update_incremental()
+        return self._tomb
 
     def layout(self) -> Layout:
         """Bucket count and layout of the latest version (`bucketed=False`: a table written
@@ -216,7 +229,7 @@ class DirectoryTable:
         tomb_layout = Layout.of(tomb)
         plan = Plan()
         for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
-            stored = (self._stored_rows(loaded.stored(group)) if loaded is not None
+            stored = (stored_rows(loaded.stored(group).select(_ROW_COLUMNS)) if loaded
                       else self._lookup(dt, layout, group))
             missing = [p for p in group if p not in stored]
             tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
@@ -321,19 +334,6 @@ class DirectoryTable:
         )
 
     # ---------------------------------------------------------------- lookups
-    @staticmethod
-    def _stored_rows(table: pa.Table) -> dict[str, StoredRow]:
-        cols = table.to_pydict()
-        n = table.num_rows
-        version = cols.get("_image_version") or cols.get("deleted_version") or [None] * n
-        return {
-            path: StoredRow(size, etag, lmt, seq, evt, v)
-            for path, size, etag, lmt, seq, evt, v in zip(
-                cols["relative_path"], cols.get("size", [None] * n), cols.get("etag", [None] * n),
-                cols.get("last_modified_time", [None] * n), cols["_sequencer"],
-                cols["_event_time"], version, strict=True)
-        }
-
     @classmethod
     def _find(cls, dt: DeltaTable, layout: Layout, paths: list[str], columns: list[str],
               ) -> dict[str, StoredRow]:
@@ -342,7 +342,7 @@ class DirectoryTable:
         if not paths:
             return {}
         found = read_matching(dt, touched_files(dt, layout, paths), paths, columns)
-        return {} if found is None else cls._stored_rows(found)
+        return {} if found is None else stored_rows(found)
 
     def _lookup(self, dt: DeltaTable, layout: Layout, paths: list[str]) -> dict[str, StoredRow]:
         return self._find(dt, layout, paths, _ROW_COLUMNS)
@@ -482,17 +482,9 @@ class DirectoryTable:
 
         Checkpoints first, so the table stays readable from the oldest kept version on.
         """
-        dt = self.delta()
-        dt.create_checkpoint()
-        removed_logs = dt.cleanup_metadata()
-        vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
-                             enforce_retention_duration=False, dry_run=False)
-        horizon = datetime.now(UTC) - timedelta(days=retention_days)
-        tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
-        tomb.delete(f"deleted_at < '{horizon.strftime('%Y-%m-%d %H:%M:%S.%f')}'")
-        self._dt = None
-        return {"oldest_version": self.oldest_version(), "vacuumed_files": len(vacuumed),
-                "removed_logs": removed_logs}
+        from directory_table.maintenance import apply_retention
+
+        return apply_retention(self, retention_days)
 
 
 _CDF_SCHEMA = TABLE_SCHEMA.append(pa.field("_change_type", pa.string())).append(
