@@ -58,7 +58,7 @@ DEFAULT_BUCKETS = 16
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
 #: data file size of a new table: files of a few thousand rows, sorted by path inside their
 #: bucket, so a small batch rewrites little and min/max statistics prune
-DEFAULT_TARGET_FILE_SIZE = 256 * 1024
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024
 BUCKET_COLUMN = "_bucket"
 #: delta-rs truncates long string statistics (1.6: to 64 chars, the max rounded up); a max at
 #: least this long is also treated as a possible prefix of the real max, to be safe

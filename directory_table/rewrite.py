@@ -86,11 +86,20 @@ class Loaded:
     rows: pa.Table
     #: the files read: (path relative to the table, size in bytes, bucket)
     files: list[tuple[str, int, int]]
+    #: the rows holding one of the batch's paths, and their positions in `rows`
+    found: pa.Table
+    positions: np.ndarray
+
+    @classmethod
+    def of(cls, rows: pa.Table, files: list[tuple[str, int, int]], paths: list[str]) -> Loaded:
+        where = pc.is_in(rows["relative_path"], value_set=pa.array(paths, pa.string()))
+        positions = np.flatnonzero(where.to_numpy(zero_copy_only=False))
+        return cls(rows, files, rows.take(pa.array(positions, pa.int64())), positions)
 
     def stored(self, paths: list[str]) -> pa.Table:
         """The rows of `paths` (those stored)."""
-        keys = self.rows["relative_path"]
-        return self.rows.filter(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
+        keys = self.found["relative_path"]
+        return self.found.filter(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
 
 
 def _is_local(uri: str) -> bool:
@@ -123,7 +132,7 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str]) -> Loaded:
     schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
         pa.field(_FILE, pa.int32()))
     if not files:
-        return Loaded(schema.empty_table(), files)
+        return Loaded.of(schema.empty_table(), files, paths)
     dataset = _files_dataset(dt, [f[0] for f in files], TABLE_SCHEMA.names)
     if any(n is None for n in counts):  # no row counts in the log: read file by file
         parts = [frag.to_table(columns=TABLE_SCHEMA.names, use_threads=False)
@@ -141,7 +150,7 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str]) -> Loaded:
     index = np.repeat(np.arange(len(files), dtype=np.int32), counts)
     buckets = np.array([f[2] for f in files], dtype=np.int32)[index]
     table = table.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32()))
-    return Loaded(table.append_column(_FILE, pa.array(index, pa.int32())), files)
+    return Loaded.of(table.append_column(_FILE, pa.array(index, pa.int32())), files, paths)
 
 
 def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_rows: pa.Table,
@@ -158,14 +167,16 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
     images = new_rows.filter(pc.is_in(new_rows["relative_path"],
                                       value_set=pa.array(updated, pa.string())))
-    # per stored row: the index of its new image (-1: not updated), whether it is deleted
-    image_of = pc.fill_null(pc.index_in(rows["relative_path"],
-                                        value_set=images["relative_path"]), -1).to_numpy()
+    # per stored row: the index of its new image (-1: not updated), whether it is deleted;
+    # worked out on the rows of the batch's paths only, then spread over all rows
+    found = loaded.found["relative_path"]
+    image_of = np.full(rows.num_rows, -1, dtype=np.int64)
+    image_of[loaded.positions] = pc.fill_null(
+        pc.index_in(found, value_set=images["relative_path"]), -1).to_numpy()
+    gone = np.zeros(rows.num_rows, dtype=bool)
     if deleted:
-        gone = pc.is_in(rows["relative_path"],
-                        value_set=pa.array(deleted, pa.string())).to_numpy(zero_copy_only=False)
-    else:
-        gone = np.zeros(rows.num_rows, dtype=bool)
+        gone[loaded.positions] = pc.is_in(found, value_set=pa.array(
+            deleted, pa.string())).to_numpy(zero_copy_only=False)
     hit = (image_of >= 0) | gone
     file_of = rows[_FILE].to_numpy()
     rewritten = np.unique(file_of[hit]).tolist()
@@ -176,9 +187,10 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     source = keep.copy()
     moved = image_of[keep] >= 0
     source[moved] = rows.num_rows + image_of[keep][moved]
+    # one chunk: `take` over the scan's many small chunks costs several times more
     both = pa.concat_tables([rows.select(names),
                              images.select(names).cast(rows.select(names).schema)])
-    kept = both.take(pa.array(source, pa.int64()))
+    kept = both.combine_chunks().take(pa.array(source, pa.int64()))
     new_paths = new_rows.filter(pc.is_in(new_rows["relative_path"],
                                          value_set=pa.array(inserted, pa.string())))
     data = _with_new_paths(kept, new_paths.select(names).cast(kept.schema))
@@ -227,7 +239,8 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
             action.update(dataChange=False)
         return {kind: action}
 
-    actions += list(_pool().map(write, jobs)) if len(jobs) > 1 else [write(j) for j in jobs]
+    actions += (_pool().map(write, jobs) if len(jobs) > 1 and _WRITERS > 1
+                else [write(j) for j in jobs])
     info = {"timestamp": stamp, "operation": "WRITE",
             "operationParameters": {"mode": "Append", "rewrite": "volume-stream"},
             "readVersion": version - 1, "isolationLevel": "Serializable",
