@@ -234,8 +234,9 @@ def read_matching(dt: DeltaTable, files: list[str], paths: list[str], columns: l
 
 
 def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.Dataset:
-    """A dataset of some of the table's data files, read as plain (non-view) types: straight
-    from the local disk when the table is local, else through delta-rs's storage handler."""
+    """A dataset of some of the table's data files, in the order given, read as plain
+    (non-view) types: straight from the local disk when the table is local, else through
+    delta-rs's storage handler."""
     full = dt.schema().to_arrow()
     schema = pa.schema([pa.field(c, _plain(pa.schema(full).field(c).type)) for c in columns])
     uri = dt.table_uri
@@ -244,8 +245,8 @@ def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.D
         return ds.dataset([f"{root}/{unquote(f)}" for f in files], schema=schema,
                           format="parquet", filesystem=pafs.LocalFileSystem())
     dataset = dt.to_pyarrow_dataset()
-    wanted = set(files)
-    fragments = [f for f in dataset.get_fragments() if f.path in wanted]
+    by_path = {f.path: f for f in dataset.get_fragments()}
+    fragments = [by_path[f] for f in files if f in by_path]  # in the order given
     return ds.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
 
 
