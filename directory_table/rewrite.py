@@ -253,6 +253,12 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
                                                                     *actions]) + "\n"
     store.create_log_entry(version, body.encode())
+    # delta-rs checkpoints its own commits every `delta.checkpointInterval` versions (a
+    # post-commit hook); do the same for ours, so the log replay stays short
+    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100") or 100)
+    if interval > 0 and version % interval == 0:
+        dt.update_incremental()
+        dt.create_checkpoint()
 
 
 class _Writers:

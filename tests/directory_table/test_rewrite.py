@@ -172,3 +172,16 @@ def test_tombstones_and_recreate_through_rewrite(tmp_path, kind):
     same(merge, table, table.version())
     assert sorted(table.snapshot(columns=["relative_path"])["relative_path"].to_pylist()) == sorted(
         PATHS[3:] if kind == "put" else [p for p in PATHS[3:] if p != PATHS[7]])
+
+
+def test_rewrite_commits_write_checkpoints_at_the_interval(tmp_path):
+    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=2)
+    table.delta().alter.set_table_properties({"delta.checkpointInterval": "5"})
+    table.rewrite_min_events = 1
+    for i in range(8):  # version 2 inserts (delta-rs append), 3..9 update (rewrites)
+        table.apply([put("a", i, T0 + timedelta(seconds=i))])
+    table.apply([put("a", 99, T0 + timedelta(seconds=99))])  # version 10: a rewrite
+    log = Path(table.path) / "_delta_log"
+    assert table.version() == 10
+    assert (log / f"{10:020d}.checkpoint.parquet").exists()
+    assert DeltaTable(table.path).version() == 10
