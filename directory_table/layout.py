@@ -2,14 +2,16 @@
 
 Each row carries `_bucket = crc32(relative_path) % B`, the table's Delta partition column; `B`
 is fixed when the table is created and recorded in its configuration (`volume_stream.buckets`).
-Rows are written sorted by (`_bucket`, `relative_path`), so the min/max statistics of each data
-file bound the paths it holds. A batch then touches only its buckets, and inside them only the
-files whose path range can hold one of its paths:
+Inside a bucket, rows are written sorted by `relative_path` into files of about
+`delta.targetFileSize` bytes, so the min/max statistics of each data file bound the paths it
+holds. A batch then touches only its buckets, and inside them only the files whose path range
+can hold one of its paths (`touched_files`):
 
-- lookups read the key column of those files only (`touched_files` + `read_files`);
-- merges name the batch's buckets as a literal `IN` list (delta-rs prunes partitions on a
-  literal list, not on a join predicate) and, for small batches, the paths too (file pruning
-  on min/max statistics).
+- lookups read those files only (`read_matching`; the rewrite path, `directory_table.rewrite`,
+  reads them whole once and rewrites them);
+- delta-rs merges (tables in the pre-bucket layout) name the batch's buckets as a literal `IN`
+  list (delta-rs prunes partitions on a literal list, not on a join predicate) and, for small
+  batches, the paths too (file pruning on min/max statistics).
 
 A table written before this layout existed (no partition column) is read as it is: `Layout`
 says `bucketed=False`, every file is a candidate (min/max pruning still applies), and
