@@ -59,10 +59,12 @@ from directory_table.layout import (
 from directory_table.schema import TABLE_SCHEMA
 from directory_table.storage import s3_client, split_s3
 
-__all__ = ["Loaded", "commit", "load", "supported"]
+__all__ = ["Loaded", "commit", "load", "rows_per_file", "supported", "write_commit"]
 
-#: rows per data file written by a rewrite (a bigger bucket is split, sorted by path)
+#: most rows per data file written here (a bigger bucket is split, sorted by path)
 MAX_ROWS_PER_FILE = 65_536
+#: in-memory bytes of a directory-table row, as far as file sizing goes
+ROW_BYTES = 64
 _FILE = "__file"
 #: threads encoding and writing files (Parquet encoding and file I/O release the GIL)
 _WRITERS = int(os.environ.get("VS_WRITERS", "4"))
@@ -162,7 +164,6 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     `loaded` holds the stored rows of `updated` and `deleted` paths. Raises
     `CommitFailedError` when another writer made `version` first.
     """
-    max_rows_per_file = _rows_per_file(dt, loaded)
     rows = loaded.rows
     names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
     images = new_rows.filter(pc.is_in(new_rows["relative_path"],
@@ -209,22 +210,39 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
                                        value_set=pa.array(deleted, pa.string()))), "delete"),
     ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
 
+    removes = [loaded.files[i] for i in rewritten]
+    write_commit(dt, version, removes=removes, adds=list(data), cdc=list(_by_bucket(cdc)),
+                 data_change=True, now=now, storage_options=storage_options,
+                 operation=("WRITE", {"mode": "Append", "rewrite": "volume-stream"}),
+                 custom_metadata=custom_metadata,
+                 metrics={"numCopiedRows": kept.num_rows - images.num_rows})
+
+
+def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, int]],
+                 adds: list[tuple[int, pa.Table]], cdc: list[tuple[int, pa.Table]],
+                 data_change: bool, now: datetime, storage_options: dict[str, str],
+                 operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
+                 metrics: dict[str, int] | None = None) -> None:
+    """Write the data files (`adds`: rows of one bucket each, split into files of the table's
+    size) and change files of one commit, then create its log entry at exactly `version`
+    (`CommitFailedError` if another writer made it first). `removes`: (path, size, bucket) of
+    the files the commit replaces. `data_change=False` marks a commit that changes no row
+    (compaction): readers of the change feed skip it."""
+    max_rows_per_file = rows_per_file(dt)
     store = _Store(dt.table_uri, storage_options)
     stamp = int(now.timestamp() * 1000)
-    actions: list[dict] = []
-    for i in rewritten:
-        path, size, bucket = loaded.files[i]
-        actions.append({"remove": {"path": path, "dataChange": True, "deletionTimestamp": stamp,
-                                   "extendedFileMetadata": True,
-                                   "partitionValues": {BUCKET_COLUMN: str(bucket)},
-                                   "size": size}})
+    actions: list[dict] = [
+        {"remove": {"path": path, "dataChange": data_change, "deletionTimestamp": stamp,
+                    "extendedFileMetadata": True,
+                    "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}}
+        for path, size, bucket in removes]
     jobs: list[tuple[str, str, int, pa.Table]] = []
-    for bucket, rows_of_bucket in data:
+    for bucket, rows_of_bucket in adds:
         for start in range(0, rows_of_bucket.num_rows, max_rows_per_file):
             chunk = rows_of_bucket.slice(start, max_rows_per_file).select(TABLE_SCHEMA.names)
             jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
                                 ".snappy.parquet", bucket, chunk))
-    for bucket, part in _by_bucket(cdc):
+    for bucket, part in cdc:
         jobs.append(("cdc", f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
                             ".c000.snappy.parquet", bucket, part.select(_CDC_SCHEMA.names)))
     store.make_dirs({os.path.dirname(path) for _, path, _, _ in jobs})
@@ -234,22 +252,22 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
         size = store.put(path, table)
         action = {"path": path, "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}
         if kind == "add":
-            action.update(modificationTime=stamp, dataChange=True, stats=_stats(table))
+            action.update(modificationTime=stamp, dataChange=data_change, stats=_stats(table))
         else:
             action.update(dataChange=False)
         return {kind: action}
 
     actions += (_pool().map(write, jobs) if len(jobs) > 1 and _WRITERS > 1
                 else [write(j) for j in jobs])
-    info = {"timestamp": stamp, "operation": "WRITE",
-            "operationParameters": {"mode": "Append", "rewrite": "volume-stream"},
+    name, parameters = operation
+    info = {"timestamp": stamp, "operation": name, "operationParameters": parameters,
             "readVersion": version - 1, "isolationLevel": "Serializable",
-            "isBlindAppend": False, **custom_metadata,
-            "operationMetrics": {"numRemovedFiles": len(rewritten),
+            "isBlindAppend": False, **(custom_metadata or {}),
+            "operationMetrics": {"numRemovedFiles": len(removes),
                                  "numAddedFiles": sum(1 for a in actions if "add" in a),
-                                 "numOutputRows": sum(t.num_rows for _, t in data),
-                                 "numCopiedRows": kept.num_rows - images.num_rows,
-                                 "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a)}}
+                                 "numOutputRows": sum(t.num_rows for _, t in adds),
+                                 "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a),
+                                 **(metrics or {})}}
     body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
                                                                     *actions]) + "\n"
     store.create_log_entry(version, body.encode())
@@ -324,15 +342,14 @@ def _with_new_paths(kept: pa.Table, new: pa.Table) -> list[tuple[int, pa.Table]]
     return sorted(result, key=lambda r: r[0])
 
 
-def _rows_per_file(dt: DeltaTable, loaded: Loaded) -> int:
-    """Rows per written file: the table's `delta.targetFileSize` over the bytes per row of
-    the files read (`MAX_ROWS_PER_FILE` when either is unknown)."""
+def rows_per_file(dt: DeltaTable) -> int:
+    """Rows per data file written here: the table's `delta.targetFileSize` over an in-memory
+    estimate of a row (`ROW_BYTES`; delta-rs sizes its files by the same kind of estimate:
+    128 KiB gives ~2k rows per file there and here)."""
     target = dt.metadata().configuration.get(TARGET_FILE_SIZE_KEY)
-    size = sum(f[1] for f in loaded.files)
-    if not target or not size or not loaded.rows.num_rows:
+    if not target:
         return MAX_ROWS_PER_FILE
-    per_row = size / loaded.rows.num_rows
-    return max(1, min(MAX_ROWS_PER_FILE, int(int(target) / per_row)))
+    return max(1, min(MAX_ROWS_PER_FILE, int(target) // ROW_BYTES))
 
 
 def _tagged(rows: pa.Table, change_type: str) -> pa.Table:

@@ -112,7 +112,7 @@ def test_carried_rows_report_no_changes(tmp_path):
 
 def test_rewritten_files_stay_sorted_and_split(tmp_path):
     table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=2,
-                                  target_file_size=1)
+                                  target_file_size=100 * 64)  # 100 rows per file
     table.rewrite_min_events = 1
     table.apply([put(f"f{i:04d}", 1, T0) for i in range(3000)])
     table.apply([put(f"f{i:04d}", 2, T0 + timedelta(seconds=1)) for i in range(0, 3000, 7)])
