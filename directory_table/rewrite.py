@@ -238,8 +238,11 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
         for path, size, bucket in removes]
     jobs: list[tuple[str, str, int, pa.Table]] = []
     for bucket, rows_of_bucket in adds:
-        for start in range(0, rows_of_bucket.num_rows, max_rows_per_file):
-            chunk = rows_of_bucket.slice(start, max_rows_per_file).select(TABLE_SCHEMA.names)
+        # equal parts of at most `max_rows_per_file` rows (no small remainder file)
+        parts = -(-rows_of_bucket.num_rows // max_rows_per_file)
+        step = -(-rows_of_bucket.num_rows // max(1, parts))
+        for start in range(0, rows_of_bucket.num_rows, max(1, step)):
+            chunk = rows_of_bucket.slice(start, step).select(TABLE_SCHEMA.names)
             jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
                                 ".snappy.parquet", bucket, chunk))
     for bucket, part in cdc:
