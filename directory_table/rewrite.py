@@ -67,7 +67,7 @@ MAX_ROWS_PER_FILE = 65_536
 ROW_BYTES = 64
 _FILE = "__file"
 #: threads encoding and writing files (Parquet encoding and file I/O release the GIL)
-_WRITERS = int(os.environ.get("VS_WRITERS", "4"))
+_WRITERS = int(os.environ.get("VS_WRITERS", "2"))
 _CHANGE_TYPE = pa.field("_change_type", pa.string())
 _CDC_SCHEMA = TABLE_SCHEMA.append(_CHANGE_TYPE)
 #: columns given min/max statistics in the files this module writes (pruning uses the path)
