@@ -24,8 +24,9 @@ table:
    the race gets `CommitFailedError` and re-plans, as with a merge; its files stay unreferenced
    (vacuum removes them).
 
-Only tables in the bucketed layout on a local disk or S3 take this path (`supported`); others
-keep the merge.
+Only tables in the bucketed layout on a local disk or S3 take this path (`supported`), and
+only batches whose touched files hold at most `MAX_LOADED_ROWS` rows (memory); others keep the
+merge.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ __all__ = ["Loaded", "commit", "load", "rows_per_file", "supported", "write_comm
 
 #: most rows per data file written here (a bigger bucket is split, sorted by path)
 MAX_ROWS_PER_FILE = 65_536
+#: most rows a rewrite reads into memory; a batch touching files holding more (overwrites
+#: spread over a huge table) is merged by delta-rs, which streams
+MAX_LOADED_ROWS = 2_000_000
 #: in-memory bytes of a directory-table row, as far as file sizing goes
 ROW_BYTES = 64
 _FILE = "__file"
@@ -112,8 +116,10 @@ def _local_root(uri: str) -> str:
     return unquote(uri.removeprefix("file://")).rstrip("/")
 
 
-def load(dt: DeltaTable, layout: Layout, paths: list[str]) -> Loaded:
-    """Read whole every data file that may hold one of `paths` (see the module docstring)."""
+def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_LOADED_ROWS,
+         ) -> Loaded | None:
+    """Read whole every data file that may hold one of `paths` (see the module docstring);
+    None when they hold more than `max_rows` rows."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
 
     wanted = set(touched_files(dt, layout, paths))
@@ -131,6 +137,8 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str]) -> Loaded:
     # inside it when the files' ranges do not overlap
     files = [(p, size, bucket) for bucket, _, p, size, _ in found]
     counts = [n for *_, n in found]
+    if sum(n or 0 for n in counts) > max_rows:
+        return None  # too much to hold in memory at once: the caller merges instead
     schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
         pa.field(_FILE, pa.int32()))
     if not files:

@@ -185,3 +185,18 @@ def test_rewrite_commits_write_checkpoints_at_the_interval(tmp_path):
     assert table.version() == 10
     assert (log / f"{10:020d}.checkpoint.parquet").exists()
     assert DeltaTable(table.path).version() == 10
+
+
+def test_batches_touching_too_many_rows_fall_back_to_the_merge(tmp_path, monkeypatch):
+    from directory_table import rewrite as rewrite_module
+
+    merge, table = pair(tmp_path, buckets=2)
+    for t in (merge, table):
+        t.apply([put(f"f{i:03d}", 1, T0) for i in range(300)])
+    monkeypatch.setattr(rewrite_module.load, "__defaults__", (100,))  # max_rows=100
+    events = [put(f"f{i:03d}", 2, T0 + timedelta(seconds=1)) for i in range(0, 300, 3)]
+    for t in (merge, table):
+        assert t.apply(events).updated == 100
+    same(merge, table, table.version())
+    # the fallback commit is delta-rs's merge (no cdc files written by the rewrite)
+    assert table.history(1)[0]["operation"] == "MERGE"
