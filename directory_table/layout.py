@@ -157,12 +157,15 @@ def in_list(values: Iterable[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
-def touched_files(dt: DeltaTable, layout: Layout, paths: list[str]) -> list[str]:
+def touched_files(dt: DeltaTable, layout: Layout, paths: list[str],
+                  actions: pa.Table | None = None) -> list[str]:
     """Data files (paths relative to the table) that may hold one of `paths`: files of the
-    paths' buckets whose min/max `relative_path` statistics bracket one of them."""
+    paths' buckets whose min/max `relative_path` statistics bracket one of them. `actions`:
+    the table's add actions (flattened), when the caller has them already."""
     if not paths:
         return []
-    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions is None:
+        actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
     wanted = sorted(set(paths))

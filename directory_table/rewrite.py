@@ -122,8 +122,8 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
     None when they hold more than `max_rows` rows."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
 
-    wanted = set(touched_files(dt, layout, paths))
     actions = pa.table(dt.get_add_actions(flatten=True))
+    wanted = set(touched_files(dt, layout, paths, actions))
     lows = (actions["min.relative_path"].to_pylist()
             if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
     found = sorted(
