@@ -2,14 +2,16 @@
 
 Each row carries `_bucket = crc32(relative_path) % B`, the table's Delta partition column; `B`
 is fixed when the table is created and recorded in its configuration (`volume_stream.buckets`).
-Rows are written sorted by (`_bucket`, `relative_path`), so the min/max statistics of each data
-file bound the paths it holds. A batch then touches only its buckets, and inside them only the
-files whose path range can hold one of its paths:
+Inside a bucket, rows are written sorted by `relative_path` into files of about
+`delta.targetFileSize` bytes, so the min/max statistics of each data file bound the paths it
+holds. A batch then touches only its buckets, and inside them only the files whose path range
+can hold one of its paths (`touched_files`):
 
-- lookups read the key column of those files only (`touched_files` + `read_files`);
-- merges name the batch's buckets as a literal `IN` list (delta-rs prunes partitions on a
-  literal list, not on a join predicate) and, for small batches, the paths too (file pruning
-  on min/max statistics).
+- lookups read those files only (`read_matching`; the rewrite path, `directory_table.rewrite`,
+  reads them whole once and rewrites them);
+- delta-rs merges (tables in the pre-bucket layout) name the batch's buckets as a literal `IN`
+  list (delta-rs prunes partitions on a literal list, not on a join predicate) and, for small
+  batches, the paths too (file pruning on min/max statistics).
 
 A table written before this layout existed (no partition column) is read as it is: `Layout`
 says `bucketed=False`, every file is a candidate (min/max pruning still applies), and
@@ -33,7 +35,9 @@ from deltalake import DeltaTable
 __all__ = [
     "BUCKETS_KEY",
     "DEFAULT_BUCKETS",
+    "DEFAULT_TARGET_FILE_SIZE",
     "MIGRATED_KEY",
+    "TARGET_FILE_SIZE_KEY",
     "Layout",
     "bucket_array",
     "bucket_groups",
@@ -50,7 +54,13 @@ BUCKETS_KEY = "volume_stream.buckets"
 #: table property holding the version that rewrote a pre-bucket table into buckets
 MIGRATED_KEY = "volume_stream.migrated_version"
 #: bucket count of a new table (fixed for its lifetime)
-DEFAULT_BUCKETS = 128
+DEFAULT_BUCKETS = 16
+#: table property (Delta's own) bounding the size of the data files writers make; delta-rs
+#: honours it in appends and compaction, `directory_table.rewrite` in its rewrites
+TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
+#: data file size of a new table: files of a few thousand rows, sorted by path inside their
+#: bucket, so a small batch rewrites little and min/max statistics prune
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024
 BUCKET_COLUMN = "_bucket"
 #: delta-rs truncates long string statistics (1.6: to 64 chars, the max rounded up); a max at
 #: least this long is also treated as a possible prefix of the real max, to be safe
@@ -147,12 +157,15 @@ def in_list(values: Iterable[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
-def touched_files(dt: DeltaTable, layout: Layout, paths: list[str]) -> list[str]:
+def touched_files(dt: DeltaTable, layout: Layout, paths: list[str],
+                  actions: pa.Table | None = None) -> list[str]:
     """Data files (paths relative to the table) that may hold one of `paths`: files of the
-    paths' buckets whose min/max `relative_path` statistics bracket one of them."""
+    paths' buckets whose min/max `relative_path` statistics bracket one of them. `actions`:
+    the table's add actions (flattened), when the caller has them already."""
     if not paths:
         return []
-    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions is None:
+        actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
     wanted = sorted(set(paths))
@@ -229,8 +242,9 @@ def read_matching(dt: DeltaTable, files: list[str], paths: list[str], columns: l
 
 
 def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.Dataset:
-    """A dataset of some of the table's data files, read as plain (non-view) types: straight
-    from the local disk when the table is local, else through delta-rs's storage handler."""
+    """A dataset of some of the table's data files, in the order given, read as plain
+    (non-view) types: straight from the local disk when the table is local, else through
+    delta-rs's storage handler."""
     full = dt.schema().to_arrow()
     schema = pa.schema([pa.field(c, _plain(pa.schema(full).field(c).type)) for c in columns])
     uri = dt.table_uri
@@ -239,8 +253,8 @@ def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.D
         return ds.dataset([f"{root}/{unquote(f)}" for f in files], schema=schema,
                           format="parquet", filesystem=pafs.LocalFileSystem())
     dataset = dt.to_pyarrow_dataset()
-    wanted = set(files)
-    fragments = [f for f in dataset.get_fragments() if f.path in wanted]
+    by_path = {f.path: f for f in dataset.get_fragments()}
+    fragments = [by_path[f] for f in files if f in by_path]  # in the order given
     return ds.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
 
 

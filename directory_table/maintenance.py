@@ -1,10 +1,14 @@
 """Keeping a directory table small and fast over time: compaction, checkpoints, log clean-up,
 and the one-off migration of a pre-bucket table into buckets.
 
-Compaction (`optimize`) is delta-rs's `optimize.compact`, run only on the buckets holding more
-than `max_files_per_bucket` data files, as one commit. Its commit rewrites files without
-changing any row (`dataChange=false`), so the change data feed has nothing for it: streams
-read across it see the same records and their offsets (versions) stay valid.
+Compaction (`optimize`) of a bucketed directory table on a disk or S3 is the sorted compaction
+of `directory_table.compaction`: in the buckets holding more than `max_files_per_bucket` small
+files, those files and the ones whose path range they overlap are rewritten sorted by path and
+split into files of the table's size. Elsewhere (tombstones, pre-bucket tables, other stores)
+it is delta-rs's `optimize.compact` on the buckets holding more than `max_files_per_bucket`
+files. Either commit rewrites files without changing any row (`dataChange=false`), so the
+change data feed has nothing for it: streams read across it see the same records and their
+offsets (versions) stay valid.
 
 Migration cannot be a `dataChange=false` commit: changing the partition column needs an
 overwrite, whose change feed would delete and re-insert every row. So it is made visible to
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +33,8 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from directory_table import rewrite
+from directory_table.compaction import sorted_compact
 from directory_table.errors import CommitConflict
 from directory_table.layout import (
     BUCKET_COLUMN,
@@ -42,7 +49,7 @@ from directory_table.layout import (
 #: a `DirectoryTable` (not imported: the table imports this module)
 DirectoryTable = Any
 
-__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "migrate", "optimize"]
+__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "apply_retention", "migrate", "optimize"]
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +102,15 @@ def compact(dt: DeltaTable, max_files_per_bucket: int, target_size: int | None =
 
 
 def _compact_retrying(dt: DeltaTable, max_files: int, target_size: int | None,
-                      ) -> tuple[int, int, int]:
+                      storage_options: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """`storage_options` given: a bucketed directory table on a store the rewrite path
+    supports gets the sorted compaction (`directory_table.compaction`)."""
+    layout = Layout.of(dt)
+    use_sorted = storage_options is not None and rewrite.supported(dt, layout)
     for attempt in range(_ATTEMPTS):
         try:
+            if use_sorted:
+                return sorted_compact(dt, max_files, storage_options or {}, target_size)
             return compact(dt, max_files, target_size)
         except CommitFailedError:
             # a writer committed meanwhile and touched the same files: plan again
@@ -116,7 +129,7 @@ def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
         result.migrated_version = migrate(table, buckets=buckets)
     dt = table.delta()
     result.buckets_compacted, result.files_removed, result.files_added = _compact_retrying(
-        dt, max_files_per_bucket, target_size)
+        dt, max_files_per_bucket, target_size, table.storage_options)
     tomb = table.tombstones()
     b, removed, added = _compact_retrying(tomb, max_files_per_bucket, target_size)
     result.tombstones = {"buckets_compacted": b, "files_removed": removed, "files_added": added}
@@ -202,3 +215,17 @@ def _migrate_tombstones(table: DirectoryTable, buckets: int) -> None:
             continue
     raise CommitConflict(f"could not migrate {table.tombstones_path}: other writers kept "
                        "committing")
+
+
+def apply_retention(table: DirectoryTable, retention_days: float) -> dict:
+    """See `DirectoryTable.apply_retention`."""
+    dt = table.delta()
+    dt.create_checkpoint()
+    removed_logs = dt.cleanup_metadata()
+    vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
+                         enforce_retention_duration=False, dry_run=False)
+    horizon = datetime.now(UTC) - timedelta(days=retention_days)
+    table.tombstones().delete(f"deleted_at < '{horizon.strftime('%Y-%m-%d %H:%M:%S.%f')}'")
+    table._dt = None
+    return {"oldest_version": table.oldest_version(), "vacuumed_files": len(vacuumed),
+            "removed_logs": removed_logs}

@@ -17,10 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from connectors.events import EventKind, FileEvent, is_newer
 
-__all__ = ["Plan", "StoredRow", "newest_per_path", "plan_changes"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["Plan", "StoredRow", "newest_per_path", "plan_changes", "stored_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,20 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not (self.inserts or self.updates or self.deletes)
+
+
+def stored_rows(table: pa.Table) -> dict[str, StoredRow]:
+    """path -> StoredRow of the rows of a directory table (or of its tombstones) read back."""
+    cols = table.to_pydict()
+    n = table.num_rows
+    version = cols.get("_image_version") or cols.get("deleted_version") or [None] * n
+    return {
+        path: StoredRow(size, etag, lmt, seq, evt, v)
+        for path, size, etag, lmt, seq, evt, v in zip(
+            cols["relative_path"], cols.get("size", [None] * n), cols.get("etag", [None] * n),
+            cols.get("last_modified_time", [None] * n), cols["_sequencer"],
+            cols["_event_time"], version, strict=True)
+    }
 
 
 def newest_per_path(events: Iterable[FileEvent]) -> tuple[dict[str, FileEvent], int]:

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -27,10 +27,13 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
+from directory_table import rewrite
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
+    DEFAULT_TARGET_FILE_SIZE,
+    TARGET_FILE_SIZE_KEY,
     Layout,
     bucket_array,
     bucket_groups,
@@ -39,7 +42,13 @@ from directory_table.layout import (
     read_matching,
     touched_files,
 )
-from directory_table.planner import Plan, StoredRow, newest_per_path, plan_changes
+from directory_table.planner import (
+    Plan,
+    StoredRow,
+    newest_per_path,
+    plan_changes,
+    stored_rows,
+)
 from directory_table.schema import (
     BUCKET_FIELD,
     BUCKETED_SCHEMA,
@@ -103,19 +112,27 @@ class DirectoryTable:
         self.path = f"{self.root}/directory"
         self.tombstones_path = f"{self.root}/tombstones"
         self._dt: DeltaTable | None = None
+        self._tomb: DeltaTable | None = None
+
+    #: batches of at least this many paths that update or delete rows are written by
+    #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
+    #: None: always a delta-rs merge
+    rewrite_min_events: int | None = 1
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
     def create(cls, root: str, base_url: str, *, retention_days: float = 7,
                storage_options: dict[str, str] | None = None,
-               buckets: int = DEFAULT_BUCKETS) -> DirectoryTable:
+               buckets: int = DEFAULT_BUCKETS,
+               target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> DirectoryTable:
         """Create an empty table (version 0) and its tombstone table, both split into
-        `buckets` hash buckets of `relative_path` (fixed for the table's lifetime; see
-        `directory_table.layout`)."""
+        `buckets` hash buckets of `relative_path` (fixed for the table's lifetime), with data
+        files of about `target_file_size` bytes (see `directory_table.layout`)."""
         if buckets < 1:
             raise ValueError(f"buckets must be >= 1, not {buckets}")
         table = cls(root, base_url, storage_options)
-        config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets)}
+        config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets),
+                  TARGET_FILE_SIZE_KEY: str(target_file_size)}
         DeltaTable.create(table.path, schema=BUCKETED_SCHEMA, mode="error", name="directory",
                           partition_by=[BUCKET_FIELD.name], configuration=config,
                           storage_options=table.storage_options, raise_if_key_not_exists=False)
@@ -140,7 +157,12 @@ class DirectoryTable:
             raise TableMissing(f"no directory table at {self.path}") from exc
 
     def tombstones(self) -> DeltaTable:
-        return DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+        """The tombstone table at its latest version (one handle, brought up to date)."""
+        if self._tomb is None:
+            self._tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+        else:
+            self._tomb.update_incremental()
+        return self._tomb
 
     def layout(self) -> Layout:
         """Bucket count and layout of the latest version (`bucketed=False`: a table written
@@ -180,7 +202,11 @@ class DirectoryTable:
             dt = self.delta()
             base_version = dt.version()
             layout = Layout.of(dt)
-            plan = self._plan(dt, layout, latest, listed_at_version)
+            loaded = None
+            if (self.rewrite_min_events is not None and len(latest) >= self.rewrite_min_events
+                    and len(latest) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
+                loaded = rewrite.load(dt, layout, list(latest))
+            plan = self._plan(dt, layout, latest, listed_at_version, loaded)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,
                              unchanged=plan.unchanged, events=len(events))
@@ -190,7 +216,7 @@ class DirectoryTable:
                     self._write_tombstones(plan.remembered, datetime.now(UTC), base_version)
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
-                self._commit(dt, layout, base_version, plan)
+                self._commit(dt, layout, base_version, plan, loaded)
             except CommitFailedError:
                 log.info("directory table %s: lost the race for version %d; re-planning",
                          self.path, base_version + 1)
@@ -201,12 +227,13 @@ class DirectoryTable:
         raise CommitConflict(f"could not commit to {self.path} after {_MAX_ATTEMPTS} attempts")
 
     def _plan(self, dt: DeltaTable, layout: Layout, latest: dict[str, FileEvent],
-              listed_at_version: int | None) -> Plan:
+              listed_at_version: int | None, loaded: rewrite.Loaded | None) -> Plan:
         tomb = self.tombstones()
         tomb_layout = Layout.of(tomb)
         plan = Plan()
         for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
-            stored = self._lookup(dt, layout, group)
+            stored = (stored_rows(loaded.stored(group).select(_ROW_COLUMNS)) if loaded
+                      else self._lookup(dt, layout, group))
             missing = [p for p in group if p not in stored]
             tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
             part = plan_changes({p: latest[p] for p in group}, stored, tombstones,
@@ -219,7 +246,8 @@ class DirectoryTable:
             plan.remembered += part.remembered
         return plan
 
-    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan) -> None:
+    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan,
+                loaded: rewrite.Loaded | None) -> None:
         version = base_version + 1
         now = datetime.now(UTC)
         props = CommitProperties(max_commit_retries=0,
@@ -230,6 +258,14 @@ class DirectoryTable:
         rows = self._rows(changed, version, now)
         if not plan.updates and not plan.deletes:
             write_deltalake(dt, for_layout(rows, layout), mode="append", commit_properties=props)
+            return
+        if loaded is not None:
+            rewrite.commit(dt, layout, loaded, version=version, new_rows=for_layout(rows, layout),
+                           updated=[e.relative_path for e in plan.updates],
+                           deleted=[e.relative_path for e in plan.deletes],
+                           inserted=[e.relative_path for e in plan.inserts], now=now,
+                           custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
+                           storage_options=self.storage_options)
             return
         deletes = pa.table({"relative_path": pa.array([e.relative_path for e in plan.deletes],
                                                       pa.string())})
@@ -302,19 +338,6 @@ class DirectoryTable:
         )
 
     # ---------------------------------------------------------------- lookups
-    @staticmethod
-    def _stored_rows(table: pa.Table) -> dict[str, StoredRow]:
-        cols = table.to_pydict()
-        n = table.num_rows
-        version = cols.get("_image_version") or cols.get("deleted_version") or [None] * n
-        return {
-            path: StoredRow(size, etag, lmt, seq, evt, v)
-            for path, size, etag, lmt, seq, evt, v in zip(
-                cols["relative_path"], cols.get("size", [None] * n), cols.get("etag", [None] * n),
-                cols.get("last_modified_time", [None] * n), cols["_sequencer"],
-                cols["_event_time"], version, strict=True)
-        }
-
     @classmethod
     def _find(cls, dt: DeltaTable, layout: Layout, paths: list[str], columns: list[str],
               ) -> dict[str, StoredRow]:
@@ -323,7 +346,7 @@ class DirectoryTable:
         if not paths:
             return {}
         found = read_matching(dt, touched_files(dt, layout, paths), paths, columns)
-        return {} if found is None else cls._stored_rows(found)
+        return {} if found is None else stored_rows(found)
 
     def _lookup(self, dt: DeltaTable, layout: Layout, paths: list[str]) -> dict[str, StoredRow]:
         return self._find(dt, layout, paths, _ROW_COLUMNS)
@@ -463,17 +486,9 @@ class DirectoryTable:
 
         Checkpoints first, so the table stays readable from the oldest kept version on.
         """
-        dt = self.delta()
-        dt.create_checkpoint()
-        removed_logs = dt.cleanup_metadata()
-        vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
-                             enforce_retention_duration=False, dry_run=False)
-        horizon = datetime.now(UTC) - timedelta(days=retention_days)
-        tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
-        tomb.delete(f"deleted_at < '{horizon.strftime('%Y-%m-%d %H:%M:%S.%f')}'")
-        self._dt = None
-        return {"oldest_version": self.oldest_version(), "vacuumed_files": len(vacuumed),
-                "removed_logs": removed_logs}
+        from directory_table.maintenance import apply_retention
+
+        return apply_retention(self, retention_days)
 
 
 _CDF_SCHEMA = TABLE_SCHEMA.append(pa.field("_change_type", pa.string())).append(
