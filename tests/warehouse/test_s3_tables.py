@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 import volume_stream as vs
+from tests.s3_warehouse_fixtures import child_env, s3_client
 from volume_stream._datasource_table import TableSource, table_records
 from volume_stream.datasource import SourceOptions
-from tests.s3_warehouse_fixtures import child_env, s3_client
 from volume_stream.errors import CommitConflictError, NotFoundError
 from volume_stream.tables import Column
 from volume_stream.tables import store as tstore
