@@ -40,6 +40,7 @@ from directory_table.layout import (
     touched_files,
 )
 from directory_table.planner import Plan, StoredRow, newest_per_path, plan_changes
+from directory_table.roles import fresh, generation, live_options
 from directory_table.schema import (
     BUCKET_FIELD,
     BUCKETED_SCHEMA,
@@ -99,10 +100,16 @@ class DirectoryTable:
     def __init__(self, root: str, base_url: str, storage_options: dict[str, str] | None = None):
         self.root = root.rstrip("/")
         self.base_url = base_url
-        self.storage_options = storage_options or {}
+        self._options = live_options(storage_options)
+        self._generation = -1
         self.path = f"{self.root}/directory"
         self.tombstones_path = f"{self.root}/tombstones"
         self._dt: DeltaTable | None = None
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options, with current credentials (an assumed role's are refreshed)."""
+        return fresh(self._options)
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
@@ -131,8 +138,10 @@ class DirectoryTable:
         try:
             if version is not None:
                 return DeltaTable(self.path, version=version, storage_options=self.storage_options)
-            if self._dt is None:
-                self._dt = DeltaTable(self.path, storage_options=self.storage_options)
+            options = self.storage_options
+            if self._dt is None or generation(options) != self._generation:
+                self._dt = DeltaTable(self.path, storage_options=options)
+                self._generation = generation(options)
             else:
                 self._dt.update_incremental()
             return self._dt

@@ -94,7 +94,11 @@ class TableStore:
             root, storage_options)
         #: the tables' folder: an absolute local path or `scheme://bucket/prefix`
         self.root = self.location.uri
-        self.storage_options = self.location.delta_options()
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options with current credentials (an assumed role's are refreshed)."""
+        return self.location.delta_options()
 
     # ------------------------------------------------------------------ lookups
     def path(self, name: str) -> str:
