@@ -31,11 +31,14 @@ from urllib.parse import quote
 from connectors.alicloud.client import AliCloudCredentials, AliCloudOptions
 from connectors.errors import ConnectorError, CredentialsError, TransientError
 
-__all__ = ["DEFAULT_STS_ENDPOINT", "AliRole", "sign_rpc"]
+__all__ = ["DEFAULT_STS_ENDPOINT", "ROLE_OPTIONS", "AliRole", "sign_rpc"]
 
 DEFAULT_STS_ENDPOINT = "https://sts.aliyuncs.com"
 _VERSION = "2015-04-01"
 _ARN = re.compile(r"^acs:ram::\d+:role/[\w.@+=,/-]{1,64}$", re.IGNORECASE)
+#: the connector options that configure a role (`AliRole.of`)
+ROLE_OPTIONS = ("role_arn", "role_session_name", "role_duration_seconds", "role_refresh_seconds",
+                "sts_endpoint")
 #: STS codes that mean the caller's credentials (or its right to the role) were refused
 _REFUSED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidSecurityToken",
             "NoPermission", "Forbidden", "EntityNotExist.Role", "AccessDenied")
@@ -80,6 +83,25 @@ class AliRole:
         self._lock = threading.Lock()
         #: how many times the role was assumed (tests and logs watch it move)
         self.assumed = 0
+
+    @classmethod
+    def of(cls, base: AliCloudOptions, role_arn: str | None = None, *,
+           role_session_name: str | None = None, role_duration_seconds: int | str | None = None,
+           role_refresh_seconds: float | str | None = None,
+           sts_endpoint: str | None = None) -> AliRole | None:
+        """The role the connector options name (None without `role_arn`)."""
+        if not role_arn:
+            return None
+        try:
+            return cls(role_arn, base, role_session_name or "volume-stream",
+                       int(role_duration_seconds or 3600), float(role_refresh_seconds or 600),
+                       sts_endpoint or DEFAULT_STS_ENDPOINT)
+        except ValueError:
+            raise ConnectorError(f"role {role_arn}: role_duration_seconds and "
+                                 f"role_refresh_seconds must be numbers") from None
+
+    def __repr__(self) -> str:
+        return f"AliRole({self.role_arn!r}, sts_endpoint={self.sts_endpoint!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
