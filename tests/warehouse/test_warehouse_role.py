@@ -8,6 +8,9 @@ and the marker (boto3) must all be using the new one."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +22,8 @@ import volume_stream as vs
 from connectors.events import FileEvent
 from directory_table.roles import RoleOptions
 from tests.fakes.strip_proxy import RemoteProxy
+from tests.s3_warehouse_fixtures import child_env
+from volume_stream.config.daemon import DaemonConfig
 from volume_stream.errors import ConfigError
 
 ROLE = "arn:aws:iam::123456789012:role/volume-stream-warehouse"
@@ -116,3 +121,36 @@ def test_expired_credentials_that_cannot_be_refreshed(proxy, s3_bucket):
     with pytest.raises(ConfigError) as info:
         cat.create_stream("s", on_volume="nothing")
     assert ROLE in str(info.value) and uri in str(info.value)
+
+
+def test_cli_and_daemon_config_take_a_role(proxy, s3_env, s3_bucket, tmp_path):
+    uri = f"s3://{s3_bucket}/wh"
+    options = role_options(proxy.endpoint)
+    env = {**child_env(s3_env), "VOLUME_STREAM_STORAGE_OPTIONS": json.dumps(options)}
+    (tmp_path / "data").mkdir()
+    for args in (["volume", "create", "landing", str(tmp_path / "data")],
+                 ["volume", "list", "--json"]):
+        out = subprocess.run([sys.executable, "-m", "volume_stream.cli", *args,
+                              "--warehouse", uri], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[0])["name"] == "landing"
+    seen = {key for key, _ in proxy.seen()}
+    # the base key signed the STS calls only (the proxy refuses it for S3)
+    assert any(k.startswith("ASIA") for k in seen) and seen - {"testing"} == \
+        {k for k in seen if k.startswith("ASIA")}
+    bad = subprocess.run([sys.executable, "-m", "volume_stream.cli", "volume", "list",
+                          "--warehouse", uri], capture_output=True, text=True, timeout=120,
+                         env={**env, "VOLUME_STREAM_STORAGE_OPTIONS": json.dumps(
+                             {**options, "role_arn": "arn:aws:iam::1:role/short-account"})})
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "short-account" in bad.stderr and uri in bad.stderr
+    toml = tmp_path / "vs.toml"
+    toml.write_text(f'warehouse = "{uri}"\n\n[storage_options]\n'
+                    + "".join(f'{k} = "{v}"\n' for k, v in options.items())
+                    + f'role_refresh_seconds = "300"\n\n[volumes.landing]\n'
+                    f'location = "{tmp_path / "data"}"\n')
+    cfg = DaemonConfig.load(toml)
+    assert cfg.storage_options["role_arn"] == ROLE
+    assert vs.connect(cfg.warehouse, storage_options=cfg.storage_options).list_volumes()[0][
+        "name"] == "landing"
