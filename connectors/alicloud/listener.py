@@ -182,9 +182,16 @@ class MnsListener(QueueListener):
                 if receiving:
                     self._check_open()
                 self._accounts.append(account)
+            old = getattr(self._local, "account", None)
+            if old is not None:  # the role's credentials were refreshed: drop the old client
+                with self._lock:
+                    if old in self._accounts:
+                        self._accounts.remove(old)
+                old.mns_client.close_connection()
             queue = account.get_queue(self.queue_name)
             queue.set_encoding(False)  # we decode base64 ourselves, tolerating plain JSON
             self._local.queue, self._local.key = queue, creds.access_key_id
+            self._local.account = account
         return queue
 
     # -- QueueListener hooks ------------------------------------------------------------------
