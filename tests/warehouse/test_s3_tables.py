@@ -117,10 +117,12 @@ def test_sql_tables_and_table_streams_on_s3(s3_env, s3_bucket, cwd, spark):
     assert sorted(p.name for p in cwd.rglob("*")) == []  # nothing on local disk
 
 
-def test_two_processes_writing_one_s3_table_lose_nothing(s3_env, s3_bucket, cwd):
+def test_two_processes_writing_s3_tables_lose_nothing(s3_env, s3_bucket, cwd):
     uri = f"s3://{s3_bucket}/wh"
     cat = vs.connect(uri)
     cat.tables.create("t", [Column("writer", "STRING"), Column("i", "INT")])
+    cat.tables.create("c", [Column("k", "INT"), Column("n", "INT")])
+    cat.tables.insert("c", pa.table({"k": [1], "n": [0]}))
     n = 8
     procs = [subprocess.Popen([sys.executable, "-m", "tests.warehouse.table_racer", uri, name,
                                str(n)], env=child_env(s3_env), cwd=ROOT,
@@ -137,6 +139,7 @@ def test_two_processes_writing_one_s3_table_lose_nothing(s3_env, s3_bucket, cwd)
         sorted((w, i) for w in ("a", "b") for i in range(n))
     assert len(set(table["_vs_row_id"].to_pylist())) == 2 * n
     assert cat.tables.version("t") == 2 * n
+    assert cat.tables.snapshot("c")["n"].to_pylist() == [2 * n]  # no update was lost
     assert sorted(p.name for p in cwd.rglob("*")) == []
 
 
