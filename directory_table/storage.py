@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlparse
 from pyarrow import fs as pafs
 
 from connectors.errors import register_transient
+from directory_table.roles import fresh, live_options
 
 __all__ = ["filesystem_for", "list_names", "option", "s3_client", "split_s3"]
 
@@ -55,6 +56,7 @@ def option(options: dict[str, str] | None, *names: str) -> str | None:
 
 
 def _s3(options: dict[str, str] | None) -> pafs.S3FileSystem:
+    options = fresh(live_options(options))
     kwargs: dict[str, Any] = {}
     key = option(options, "AWS_ACCESS_KEY_ID", "access_key_id")
     secret = option(options, "AWS_SECRET_ACCESS_KEY", "secret_access_key")
@@ -94,6 +96,7 @@ def s3_client(options: dict[str, str] | None = None) -> Any:
     than pyarrow's S3 (the AWS C++ SDK can abort a process at exit: apache/arrow#34314)."""
     import boto3  # only object-store warehouses need it
 
+    options = fresh(live_options(options))
     kwargs: dict[str, Any] = {}
     endpoint = option(options, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url",
                       "endpoint")

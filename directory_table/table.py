@@ -49,6 +49,7 @@ from directory_table.planner import (
     plan_changes,
     stored_rows,
 )
+from directory_table.roles import fresh, generation, live_options
 from directory_table.schema import (
     BUCKET_FIELD,
     BUCKETED_SCHEMA,
@@ -108,7 +109,8 @@ class DirectoryTable:
     def __init__(self, root: str, base_url: str, storage_options: dict[str, str] | None = None):
         self.root = root.rstrip("/")
         self.base_url = base_url
-        self.storage_options = storage_options or {}
+        self._options = live_options(storage_options)
+        self._generation = self._tomb_generation = -1
         self.path = f"{self.root}/directory"
         self.tombstones_path = f"{self.root}/tombstones"
         self._dt: DeltaTable | None = None
@@ -118,6 +120,11 @@ class DirectoryTable:
     #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
     #: None: always a delta-rs merge
     rewrite_min_events: int | None = 1
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options, with current credentials (an assumed role's are refreshed)."""
+        return fresh(self._options)
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
@@ -148,8 +155,10 @@ class DirectoryTable:
         try:
             if version is not None:
                 return DeltaTable(self.path, version=version, storage_options=self.storage_options)
-            if self._dt is None:
-                self._dt = DeltaTable(self.path, storage_options=self.storage_options)
+            options = self.storage_options
+            if self._dt is None or generation(options) != self._generation:
+                self._dt = DeltaTable(self.path, storage_options=options)
+                self._generation = generation(options)
             else:
                 self._dt.update_incremental()
             return self._dt
@@ -158,8 +167,10 @@ class DirectoryTable:
 
     def tombstones(self) -> DeltaTable:
         """The tombstone table at its latest version (one handle, brought up to date)."""
-        if self._tomb is None:
-            self._tomb = DeltaTable(self.tombstones_path, storage_options=self.storage_options)
+        options = self.storage_options
+        if self._tomb is None or generation(options) != self._tomb_generation:
+            self._tomb = DeltaTable(self.tombstones_path, storage_options=options)
+            self._tomb_generation = generation(options)
         else:
             self._tomb.update_incremental()
         return self._tomb

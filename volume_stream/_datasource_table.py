@@ -6,33 +6,39 @@ versions, here `{"table_id": ..., "version": v}`), the same micro-batch contract
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, ReadMaxRows
 
+from connectors.secrets import is_secret
 from volume_stream.errors import InvalidInputError, WarehouseError
 from volume_stream.tables import TableStore, records_between
 from volume_stream.tables.types import sql_type
 from volume_stream.warehouse import MARKER
+from volume_stream.warehouse.location import Location, storage_error
 
 __all__ = ["TableRange", "TableSource", "table_records"]
 
 
 class TableRange(InputPartition):
-    """Versions (start, end] of one warehouse table, read on an executor."""
+    """Versions (start, end] of one warehouse table, read on an executor. `options` are the
+    warehouse's storage options without secrets (executors take credentials from their own
+    environment or role)."""
 
-    def __init__(self, root: str, name: str, start: int, end: int, mode: str):
+    def __init__(self, root: str, name: str, start: int, end: int, mode: str,
+                 options: dict[str, str] | None = None):
         super().__init__((start, end))
         self.root, self.name, self.start, self.end, self.mode = root, name, start, end, mode
+        self.options = {k: v for k, v in (options or {}).items() if not is_secret(k)}
 
 
 def table_records(part: TableRange) -> pa.Table:
     spec = {"name": f"table {part.name}", "table": part.name, "mode": part.mode,
             "initial_pending": False}
-    return records_between(TableStore(part.root), spec, part.start, part.end)
+    store = TableStore(part.root, getattr(part, "options", None))
+    return records_between(store, spec, part.start, part.end)
 
 
 def _spark_type(t: pa.DataType) -> str:
@@ -59,11 +65,15 @@ class TableSource:
     """The table behind the options (read-only: a missing warehouse is an error)."""
 
     def __init__(self, opts):
-        root = Path(opts.warehouse).expanduser()
-        if not (root / MARKER).exists():
+        where = Location.parse(opts.warehouse, dict(opts.storage_options))
+        try:
+            marked = where.exists(MARKER)
+        except OSError as exc:
+            raise storage_error(where.uri, exc, "open it") from exc
+        if not marked:
             raise WarehouseError(f"volume_stream option warehouse: {opts.warehouse!r} is not a "
                                  f"volume-stream warehouse (no {MARKER})")
-        self.store = TableStore(root.resolve() / "tables")
+        self.store = TableStore(where.join("tables"), where.storage_options)
         self.name = opts.table
         self.id = self.store.table_id(self.name)  # NotFoundError names the tables
         if not self.store.change_tracking(self.name):
@@ -108,7 +118,8 @@ class TableSource:
         return start
 
     def partition(self, start: int, end: int, mode: str) -> TableRange:
-        return TableRange(str(self.store.root), self.name, start, end, mode)
+        return TableRange(self.store.root, self.name, start, end, mode,
+                          self.store.storage_options)
 
     def admit(self, start: int, latest: int, limit: ReadLimit) -> int:
         """The last version so a batch stays within `limit` change rows (at least one)."""

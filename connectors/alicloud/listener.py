@@ -33,6 +33,7 @@ from connectors._queue import QueueListener
 from connectors.alicloud.client import AliCloudOptions, translate_mns_errors
 from connectors.alicloud.events import ParsedMessage, _tie_break, parse_message, to_file_event
 from connectors.alicloud.store import OssScope
+from connectors.alicloud.sts import AliRole
 from connectors.errors import ConnectorError, is_transient
 from connectors.events import FileEvent
 
@@ -81,6 +82,8 @@ class MnsListener(QueueListener):
         suffix: Keep only keys ending with this (or one of these).
         access_key_id, access_key_secret, security_token: Explicit credentials; by default
             ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET / _SECURITY_TOKEN.
+        role_arn, role_session_name, role_duration_seconds, role_refresh_seconds, sts_endpoint:
+            A RAM role to assume with those credentials (`connectors.alicloud.sts.AliRole`).
         wait_seconds: Long-poll wait of the first call (0..30, bounded by `timeout`).
         batch_size: Messages per BatchReceiveMessage call (1..16).
         max_workers: Parallel short polls while draining a backlog.
@@ -104,7 +107,7 @@ class MnsListener(QueueListener):
                  access_key_id: str | None = None, access_key_secret: str | None = None,
                  security_token: str | None = None, wait_seconds: int = 20,
                  batch_size: int = _MAX_MESSAGES, max_workers: int = 4,
-                 max_batch_messages: int = 1000) -> None:
+                 max_batch_messages: int = 1000, **role: Any) -> None:
         if not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"endpoint must start with http:// or https://: {endpoint!r}")
         if not 0 <= wait_seconds <= 30:
@@ -117,7 +120,12 @@ class MnsListener(QueueListener):
         self.endpoint, self.queue_name = endpoint.rstrip("/"), queue_name
         self.name = f"MNS queue {queue_name}"
         self._options = AliCloudOptions(access_key_id, access_key_secret, security_token)
+        #: a RAM role to assume through STS; its credentials (refreshed before expiry) sign
+        #: the MNS requests (`security-token` header)
+        self._role = AliRole.of(self._options, **role)
         self._credentials = self._options.credentials()  # fail fast
+        if self._role is not None:
+            self._role.credentials()  # fail fast: the role must be assumable
         self._local = threading.local()
         self._accounts: list[Account] = []
 
@@ -165,18 +173,25 @@ class MnsListener(QueueListener):
         """
         if receiving:
             self._check_open()
+        creds = self._role.credentials() if self._role is not None else self._credentials
         queue = getattr(self._local, "queue", None)
-        if queue is None:
-            creds = self._credentials
+        if queue is None or getattr(self._local, "key", None) != creds.access_key_id:
             account = Account(self.endpoint, creds.access_key_id, creds.access_key_secret,
                               creds.security_token or "")
             with self._lock:
                 if receiving:
                     self._check_open()
                 self._accounts.append(account)
+            old = getattr(self._local, "account", None)
+            if old is not None:  # the role's credentials were refreshed: drop the old client
+                with self._lock:
+                    if old in self._accounts:
+                        self._accounts.remove(old)
+                old.mns_client.close_connection()
             queue = account.get_queue(self.queue_name)
             queue.set_encoding(False)  # we decode base64 ourselves, tolerating plain JSON
-            self._local.queue = queue
+            self._local.queue, self._local.key = queue, creds.access_key_id
+            self._local.account = account
         return queue
 
     # -- QueueListener hooks ------------------------------------------------------------------

@@ -30,6 +30,7 @@ import requests
 from connectors._listing import Page
 from connectors._objects import RETRY, ObjectStore, normalize_etag
 from connectors.alicloud.client import AliCloudOptions, translate_oss_errors
+from connectors.alicloud.sts import AliRole
 from connectors.scope import BucketScope, normalize_prefix
 
 __all__ = ["OssLister", "OssReader", "OssScope", "normalize_etag", "normalize_prefix", "oss_url"]
@@ -62,19 +63,41 @@ class _Oss(ObjectStore):
 
     def __init__(self, scope: OssScope, endpoint: str, access_key_id: str | None,
                  access_key_secret: str | None, security_token: str | None,
-                 connect_timeout: float | None, is_path_style: bool) -> None:
+                 connect_timeout: float | None, is_path_style: bool,
+                 role: dict[str, Any] | None = None) -> None:
         if not endpoint:
             raise ValueError("endpoint is required, e.g. 'https://oss-cn-hangzhou.aliyuncs.com'")
         if not endpoint.startswith(("http://", "https://")):
             endpoint = "https://" + endpoint
         self.endpoint = endpoint
         self._options = AliCloudOptions(access_key_id, access_key_secret, security_token)
+        #: a RAM role to assume through STS (its credentials sign every request)
+        self._role = AliRole.of(self._options, **(role or {}))
+        self._client_key: str | None = None
         self._connect_timeout, self._is_path_style = connect_timeout, is_path_style
         self.scope = scope
         self.bucket, self.prefix = scope.bucket, scope.prefix
 
-    def _make_client(self) -> oss2.Bucket:
-        creds = self._options.credentials()
+    @property
+    def client(self) -> oss2.Bucket:
+        """The oss2 bucket; with a role, made again whenever the role's credentials were
+        refreshed (they are assumed again `role_refresh_seconds` before expiry)."""
+        if self._role is None:
+            return super().client
+        with translate_oss_errors("STS AssumeRole for", oss_url(self.bucket, self.prefix)):
+            creds = self._role.credentials()
+        with self._lock:
+            if self._client is None or self._client_key != creds.access_key_id:
+                self._client, self._client_key = self._make_client(creds), creds.access_key_id
+            return self._client
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_client_key"] = None  # the role is assumed again where the reader is used
+        return state
+
+    def _make_client(self, creds: Any = None) -> oss2.Bucket:
+        creds = creds or self._options.credentials()
         auth = (oss2.StsAuth(creds.access_key_id, creds.access_key_secret, creds.security_token)
                 if creds.security_token else oss2.Auth(creds.access_key_id, creds.access_key_secret))
         return oss2.Bucket(auth, self.endpoint, self.bucket, connect_timeout=self._connect_timeout,
@@ -95,6 +118,9 @@ class OssReader(_Oss):
             the reader); by default the ALIBABA_CLOUD_* variables of the process that reads.
         connect_timeout: Seconds for oss2's connect/read timeout (oss2's default: 60).
         is_path_style: Force path-style addressing (automatic for IP/localhost endpoints).
+        role_arn, role_session_name, role_duration_seconds, role_refresh_seconds, sts_endpoint:
+            A RAM role to assume through STS (`connectors.alicloud.sts.AliRole`) with the
+            credentials above; its temporary credentials sign the requests (oss2.StsAuth).
 
     Example:
         >>> reader = OssReader("bkt", "logs/", "http://127.0.0.1:9000")
@@ -105,9 +131,9 @@ class OssReader(_Oss):
     def __init__(self, bucket: str, prefix: str = "", endpoint: str = "", *,
                  access_key_id: str | None = None, access_key_secret: str | None = None,
                  security_token: str | None = None, connect_timeout: float | None = None,
-                 is_path_style: bool = False) -> None:
+                 is_path_style: bool = False, **role: Any) -> None:
         super().__init__(OssScope(bucket, prefix), endpoint, access_key_id, access_key_secret,
-                         security_token, connect_timeout, is_path_style)
+                         security_token, connect_timeout, is_path_style, role)
 
     def __repr__(self) -> str:
         return (f"OssReader(bucket={self.bucket!r}, prefix={self.prefix!r}, "
@@ -167,12 +193,12 @@ class OssLister(_Oss):
                  suffix: str | tuple[str, ...] | None = None, *, page_size: int = 1000,
                  access_key_id: str | None = None, access_key_secret: str | None = None,
                  security_token: str | None = None, connect_timeout: float | None = None,
-                 is_path_style: bool = False, list_workers: int = 8) -> None:
+                 is_path_style: bool = False, list_workers: int = 8, **role: Any) -> None:
         if not 1 <= page_size <= 1000 or list_workers < 1:
             raise ValueError(f"need page_size in 1..1000 and list_workers >= 1: {page_size}, "
                              f"{list_workers}")
         super().__init__(OssScope(bucket, prefix, recursive, suffix), endpoint, access_key_id,
-                         access_key_secret, security_token, connect_timeout, is_path_style)
+                         access_key_secret, security_token, connect_timeout, is_path_style, role)
         self.page_size = page_size
         self.list_workers = list_workers
 

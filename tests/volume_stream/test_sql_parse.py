@@ -201,7 +201,8 @@ def test_seed_mns_volume_maps_to_mns_notification(cat):
     assert plan.notification.args == ("https://1450476637304722.mns.cn-shanghai.aliyuncs.com",
                                       "cz-queue-mns-ossevent")
     # only what the OSS connector takes goes to create_volume; the rest is SQL's own record
-    assert plan.options == {"endpoint": "oss-cn-shanghai.aliyuncs.com"}
+    assert plan.options == {"endpoint": "oss-cn-shanghai.aliyuncs.com",  # the role is assumed
+                            "role_arn": "acs:ram::1450476637304722:role/czvolumestreamrole"}
     assert plan.metadata == {"connection": "conn_sh_oss", "virtual_cluster": "DEFAULT",
                              "role_arn": "acs:ram::1450476637304722:role/czvolumestreamrole"}
     assert plan.credentials == {}

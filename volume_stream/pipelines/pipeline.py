@@ -95,7 +95,7 @@ class Pipeline:
         self.errors_uri = self.target_uri.rstrip("/") + "_errors"
         #: an object-store target uses the warehouse's storage options (same store)
         self.storage_options: dict[str, str] = (
-            dict(catalog.warehouse.storage_options) if "://" in self.target_uri else {})
+            catalog.warehouse.storage_options if "://" in self.target_uri else {})
         self.target = target
         udf_schema = udf.arrow_schema()
         clash = sorted(set(udf_schema.names) & set(META_COLUMNS))

@@ -36,6 +36,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyarrow import fs as pafs
 
+from directory_table.roles import fresh, live_options
 from directory_table.storage import filesystem_for
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.pipelines.executor import stats_json
@@ -103,8 +104,13 @@ class DeltaSink:
     def __init__(self, uri: str, schema: pa.Schema, role: str = "target",
                  storage_options: dict[str, str] | None = None) -> None:
         self.uri, self.schema, self.role = uri, schema, role
-        self.storage_options = dict(storage_options or {})
+        self._options = live_options(storage_options)
         self._delta_schema = Schema.from_arrow(schema)
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options with current credentials (DESIGN §3.2)."""
+        return fresh(self._options)
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.uri!r})"

@@ -76,8 +76,13 @@ def _sub(statement: Statement, node: exp.Expression) -> Statement:
 
 # ---------------------------------------------------------------------- views
 def _view(catalog, store: TableStore, name: str) -> Any:
+    """The table's current rows as a DataFrame. A local table's Parquet files are read by
+    Spark; on an object store delta-rs reads the snapshot and hands Arrow to Spark, as the
+    stream reader does (Spark has no hadoop-aws to read s3:// itself)."""
     spark = catalog.spark
     schema = store.schema(name)
+    if not store.location.is_local:
+        return spark.createDataFrame(store.snapshot(name))
     files = store.file_uris(name)
     if not files:
         return spark.createDataFrame(schema.empty_table())
@@ -183,7 +188,7 @@ def _target(catalog, statement: Statement, node: Any, verb: str) -> str | None:
     stored = _lookup(store, table.name)
     if stored is not None:
         return stored
-    if (store.root / table.name).exists():
+    if store.occupied(table.name):
         store.open(table.name)  # names what is wrong with the folder
     if table.name.lower() in _streams(catalog):
         return None  # _sql_dml says streams are read-only

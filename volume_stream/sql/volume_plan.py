@@ -242,8 +242,9 @@ def plan_volume(catalog, stmt: ddl.CreateVolume) -> VolumePlan:
         metadata["connection"] = conn["name"]
         if conn.get("role_arn"):
             metadata["role_arn"] = conn["role_arn"]
-            if conn["type"] == "S3":
-                options["role_arn"] = conn["role_arn"]  # assumed by the AWS connectors
+            # assumed by the AWS connectors (STS through boto3) or the OSS/MNS ones (Alibaba
+            # Cloud STS, connectors.alicloud.sts)
+            options["role_arn"] = conn["role_arn"]
         if conn["type"] == "OSS" and conn.get("endpoint"):
             options["endpoint"] = conn["endpoint"]
         if conn["type"] == "S3":

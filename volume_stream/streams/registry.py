@@ -25,7 +25,6 @@ from volume_stream.streams import changes as ch
 from volume_stream.streams import tables as tstreams
 from volume_stream.streams.reader import VersionReader
 from volume_stream.tables import TableStore
-from volume_stream.tables.store import ObjectStoreTables
 from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME, CatalogState, check_name, entry, now
@@ -39,9 +38,8 @@ class StreamRegistry:
     def __init__(self, volumes: VolumeRegistry):
         self.volumes = volumes
         self.warehouse = volumes.warehouse
-        self.tables: TableStore | ObjectStoreTables = (
-            TableStore(self.warehouse.location.join("tables")) if self.warehouse.location.is_local
-            else ObjectStoreTables(self.warehouse.uri))
+        self.tables = TableStore(self.warehouse.location.join("tables"),
+                                 self.warehouse.storage_options)
 
     def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
                mode: str = "STANDARD", show_initial_rows: bool = False,

@@ -11,7 +11,14 @@ what the per-key minimal change set of `volume_stream.streams.changes` needs; du
 distinct rows and a row updated back to its old value nets to nothing. Every write commits at
 exactly the version it stamped (delta-rs with no commit retry) and starts again on a lost race.
 
-    store = TableStore("/wh/tables")
+Where. The tables live under a warehouse `Location` (DESIGN §3.1): a local folder or a prefix on
+S3/HDFS, opened by delta-rs with the warehouse's `storage_options`; listing and dropping go
+through the same `Location`, so an S3 warehouse never touches local disk. On S3 a commit is a
+conditional PUT of `_delta_log/<v>.json`: of two processes racing for version v one loses
+(`CommitFailedError`), reloads and stamps v+1; a write that loses `_ATTEMPTS` races in a row is
+a `CommitConflictError` naming the table.
+
+    store = TableStore("/wh/tables")          # or TableStore(location) of an S3 warehouse
     store.create("t", [Column("id", "INT"), Column("name", "STRING", "who")])
     store.insert("t", pa.table({"id": [1], "name": ["a"]}))
     store.update("t", {"name": "upper(name)"}, where="id = 1")
@@ -19,11 +26,12 @@ exactly the version it stamped (delta-rs with no commit retry) and starts again 
 
 from __future__ import annotations
 
-import shutil
+import os
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,16 +41,16 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from volume_stream.errors import (
     AlreadyExistsError,
-    ConfigError,
+    CommitConflictError,
     InvalidInputError,
     NotFoundError,
     VolumeStreamError,
 )
 from volume_stream.tables.expressions import to_delta
 from volume_stream.tables.types import arrow_type, conform, sql_type
+from volume_stream.warehouse.location import Location, storage_error
 
-__all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "ObjectStoreTables",
-           "TableStore"]
+__all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "TableStore"]
 
 ROW_ID, ROW_VERSION = "_vs_row_id", "_vs_row_version"
 HIDDEN = (ROW_ID, ROW_VERSION)
@@ -77,32 +85,50 @@ def _quote(name: str) -> str:
 
 
 class TableStore:
-    """The tables of one warehouse (a folder of Delta tables)."""
+    """The tables of one warehouse: the Delta tables under `root` (a local folder, a URI such
+    as `s3://bucket/wh/tables` with `storage_options`, or a `Location`)."""
 
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
+    def __init__(self, root: str | os.PathLike | Location,
+                 storage_options: dict[str, Any] | None = None):
+        self.location = root if isinstance(root, Location) else Location.parse(
+            root, storage_options)
+        #: the tables' folder: an absolute local path or `scheme://bucket/prefix`
+        self.root = self.location.uri
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options with current credentials (an assumed role's are refreshed)."""
+        return self.location.delta_options()
 
     # ------------------------------------------------------------------ lookups
     def path(self, name: str) -> str:
-        return str(self.root / name)
+        return self.location.join(name)
+
+    def _children(self, relative: str = "") -> list[str]:
+        try:
+            return self.location.children(relative)
+        except OSError as exc:  # the object store refused: name the warehouse, no secret
+            raise storage_error(self.root, exc, "list its tables") from exc
 
     def names(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if (p / "_delta_log").is_dir())
+        return sorted(n for n in self._children() if self.exists(n))
 
     def exists(self, name: str) -> bool:
-        return (self.root / name / "_delta_log").is_dir()
+        return bool(self._children(f"{name}/_delta_log"))
+
+    def occupied(self, name: str) -> bool:
+        """Whether anything (a table, or a folder that is not one) is stored under `name`."""
+        return bool(self._children(name))
 
     def open(self, name: str) -> DeltaTable:
         """The Delta table `name`; NotFoundError lists the tables that exist."""
         if not self.exists(name):
-            if (self.root / name).exists():
+            if self.occupied(name):
                 raise InvalidInputError(f"table {name!r}: {self.path(name)} is not a Delta "
                                         f"table (no _delta_log); nothing was written")
             raise NotFoundError(TABLE, name, self.names())
         try:
-            return DeltaTable(self.path(name))
+            return DeltaTable(self.path(name), storage_options=self.storage_options)
         except (TableNotFoundError, DeltaError) as exc:
             raise InvalidInputError(f"table {name!r}: {self.path(name)} is not a readable "
                                     f"Delta table: {exc}") from exc
@@ -161,27 +187,29 @@ class TableStore:
         if not fields or len(set(names)) != len(names) or any(n in HIDDEN for n in names):
             raise InvalidInputError(f"table {name!r}: columns must be given, with distinct "
                                     f"names other than {', '.join(HIDDEN)}")
-        if self.exists(name) or (self.root / name).exists():
+        if self.occupied(name):
             if if_not_exists:
                 return False
             if not replace:
                 raise AlreadyExistsError(TABLE, name)
-            shutil.rmtree(self.root / name)
+            self.location.delete_tree(name)
         schema = pa.schema(fields + [pa.field(ROW_ID, pa.int64()),
                                      pa.field(ROW_VERSION, pa.int64())])
-        self.root.mkdir(parents=True, exist_ok=True)
+        if self.location.is_local:
+            os.makedirs(self.root, exist_ok=True)
         try:
-            DeltaTable.create(self.path(name), schema=schema, name=name, description=comment)
+            DeltaTable.create(self.path(name), schema=schema, name=name, description=comment,
+                              storage_options=self.storage_options)
         except DeltaError as exc:
             raise VolumeStreamError(f"table {name!r}: could not be created: {exc}") from exc
         return True
 
     def drop(self, name: str, *, if_exists: bool = False) -> bool:
-        if not (self.root / name).exists():
+        if not self.occupied(name):
             if if_exists:
                 return False
             raise NotFoundError(TABLE, name, self.names())
-        shutil.rmtree(self.root / name)
+        self.location.delete_tree(name)
         return True
 
     def set_properties(self, name: str, properties: dict[str, str]) -> int:
@@ -242,9 +270,8 @@ class TableStore:
                 for h in self.open(name).history()}
 
     def oldest_version(self, name: str) -> int:
-        log = self.root / name / "_delta_log"
-        versions = [int(p.name.split(".")[0]) for p in log.iterdir()
-                    if p.name.endswith(".json") and p.name.split(".")[0].isdigit()]
+        versions = [int(n.split(".")[0]) for n in self._children(f"{name}/_delta_log")
+                    if n.endswith(".json") and n.split(".")[0].isdigit()]
         return min(versions) if versions else 0
 
     def version_at(self, name: str, when: datetime) -> int | None:
@@ -267,18 +294,21 @@ class TableStore:
     def _commit(self, name: str, write: Callable[[DeltaTable, int, CommitProperties], Any],
                 dt: DeltaTable | None = None) -> tuple[int, Any]:
         """Run `write(dt, next_version, props)` so it commits at exactly next_version."""
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             dt = dt or self.open(name)
             version = dt.version() + 1
             try:
                 result = write(dt, version, CommitProperties(max_commit_retries=0))
             except CommitFailedError:
                 dt = None  # lost a race: reload and stamp the next version
+                time.sleep(random.uniform(0, 0.01 * (attempt + 1)))
                 continue
             except DeltaError as exc:
                 raise InvalidInputError(f"table {name!r}: {exc}") from exc
             return version, result
-        raise VolumeStreamError(f"table {name!r}: too much write contention, gave up")
+        raise CommitConflictError(f"table {self.path(name)}: lost the race for the next "
+                                  f"version {_ATTEMPTS} times in a row (other writers keep "
+                                  f"committing); nothing of this statement was written, retry it")
 
     def insert(self, name: str, rows: pa.Table, *, columns: list[str] | None = None,
                overwrite: bool = False) -> tuple[int, int]:
@@ -395,24 +425,3 @@ def _plain(table: pa.Table) -> pa.Table:
     schema = pa.schema(fields)
     return table if schema.equals(table.schema) else table.cast(schema)
 
-
-class ObjectStoreTables:
-    """The SQL tables of a warehouse on an object store: not supported yet. Nothing is listed,
-    and every other use is refused with a `ConfigError` naming the warehouse, so that no table
-    is ever written to a local path that merely looks like the URI."""
-
-    def __init__(self, uri: str):
-        self.uri = uri
-
-    def names(self) -> list[str]:
-        return []
-
-    def exists(self, name: str) -> bool:
-        return False
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        raise ConfigError(f"SQL tables and table streams need a warehouse on a local or mounted "
-                          f"folder for now; {self.uri} is on an object store (volumes, volume "
-                          f"streams and pipelines work there)")

@@ -188,6 +188,9 @@ def _sqs_listener(spec: VolumeSpec, notification: Any) -> Listener:
 
 # ---------------------------------------------------------------------------- OSS + MNS
 _OSS_ACCESS = ("access_key_id", "access_key_secret", "security_token")
+#: a RAM role the OSS reader, lister and MNS listener assume (`connectors.alicloud.sts`)
+_OSS_ROLE = ("role_arn", "role_session_name", "role_duration_seconds", "role_refresh_seconds",
+             "sts_endpoint")
 
 
 def _oss_options(spec: VolumeSpec) -> dict[str, Any]:
@@ -214,7 +217,7 @@ def _oss_reader(spec: VolumeSpec) -> ObjectReader:
 
 
 def _oss_known() -> frozenset[str]:
-    return frozenset({"endpoint", "connect_timeout", "is_path_style", *_OSS_ACCESS})
+    return frozenset({"endpoint", "connect_timeout", "is_path_style", *_OSS_ACCESS, *_OSS_ROLE})
 
 
 def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
@@ -223,7 +226,7 @@ def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
     note = _expect(spec, notification, MnsNotification)
     bucket, prefix = _bucket_prefix(spec)
     # the volume's credentials serve the queue too, unless the notification has its own
-    creds = {k: v for k, v in spec.options.items() if k in _OSS_ACCESS}
+    creds = {k: v for k, v in spec.options.items() if k in (*_OSS_ACCESS, *_OSS_ROLE)}
     return MnsListener(note.endpoint, note.queue_name, bucket=bucket, prefix=prefix,
                        recursive=spec.recursive, **{**creds, **note.options})
 

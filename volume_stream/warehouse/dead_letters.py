@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from directory_table.roles import fresh, live_options
 from directory_table.storage import filesystem_for, s3_client, split_s3
 
 __all__ = ["DeadLetters"]
@@ -30,12 +31,17 @@ class DeadLetters:
         text = os.fspath(where)
         self.remote = "://" in text and not text.startswith("file://")
         self.volume = volume
-        self.storage_options = dict(storage_options or {})
+        self._options = live_options(storage_options)
         if self.remote:
             self.location = f"{text.rstrip('/')}/{volume}/"
         else:
             self.file = Path(text.removeprefix("file://")) / f"{volume}.jsonl"
             self.location = str(self.file)
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options with current credentials (DESIGN §3.2)."""
+        return fresh(self._options)
 
     def __repr__(self) -> str:
         return f"DeadLetters({self.location!r})"

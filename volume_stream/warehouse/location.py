@@ -23,8 +23,9 @@ from urllib.parse import unquote, urlparse
 
 from pyarrow import fs as pafs
 
-from connectors.errors import is_transient
+from connectors.errors import ConnectorError, is_transient
 from connectors.secrets import is_secret
+from directory_table.roles import RoleOptions, fresh, live_options
 from directory_table.storage import filesystem_for, list_names, s3_client, split_s3
 from volume_stream.errors import ConfigError, WarehouseError
 
@@ -77,11 +78,18 @@ class Location:
     def parse(cls, where: str | os.PathLike, storage_options: dict[str, Any] | None = None,
               ) -> Location:
         """The location of `where`: a local path, `file://...`, `s3://bucket/prefix` (also
-        `s3a://`), `hdfs://...`. `oss://` is refused with the reason (OSS_REFUSAL)."""
-        options = {str(k): str(v) for k, v in (storage_options or {}).items()}
+        `s3a://`), `hdfs://...`. `oss://` is refused with the reason (OSS_REFUSAL). A
+        `role_arn` option (`AWS_ROLE_ARN`) makes the options a `RoleOptions`: the role is
+        assumed through STS and its credentials refreshed before expiry (DESIGN §3.2)."""
         text = os.fspath(where)
+        try:
+            options = live_options(storage_options)
+        except ConnectorError as exc:
+            raise ConfigError(f"warehouse {text}: {exc}") from exc
         parsed = urlparse(text)
         scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
+        if isinstance(options, RoleOptions) and scheme not in ("s3", "s3a"):
+            raise ConfigError(f"warehouse {text}: role_arn applies to s3:// warehouses only")
         if scheme in ("", "file"):
             path = unquote(parsed.path) if scheme == "file" else text
             return cls(os.path.abspath(os.path.expanduser(path)), "file", options)
@@ -113,11 +121,18 @@ class Location:
     # ------------------------------------------------------------------ plain files
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """A pyarrow filesystem for the plain files and the root's path inside it."""
-        return filesystem_for(self.uri, self.storage_options)
+        return filesystem_for(self.uri, self.delta_options())
 
     def delta_options(self) -> dict[str, str]:
-        """The options delta-rs gets (a local folder: none)."""
-        return dict(self.storage_options)
+        """The options delta-rs gets (a local folder: none). With a role: the shared, live
+        `RoleOptions`, its credentials refreshed if they near expiry (raises ConfigError naming
+        the warehouse and the role when STS refuses)."""
+        if not isinstance(self.storage_options, RoleOptions):
+            return dict(self.storage_options)
+        try:
+            return fresh(self.storage_options)
+        except ConnectorError as exc:
+            raise ConfigError(f"warehouse {self.uri}: {exc}") from exc
 
     def public_options(self) -> dict[str, str]:
         """The options without secrets: what may be pickled to executors (they take
@@ -141,7 +156,7 @@ class Location:
         key = "/".join(p for p in (prefix, relative) if p)
         for attempt in range(1, attempts + 1):
             try:
-                return call(s3_client(self.storage_options), bucket, key)
+                return call(s3_client(self.delta_options()), bucket, key)
             except (BotoCoreError, ClientError) as exc:
                 if attempt == attempts or not is_transient(exc):
                     raise OSError(f"{self.uri}/{relative}: {exc}") from exc
@@ -224,7 +239,7 @@ class Location:
         """The names directly under `relative` (empty if there is nothing)."""
         if self.scheme == "s3":
             return self._on_s3(relative, lambda *_: list_names(
-                self.join(relative) if relative else self.uri, self.storage_options))
+                self.join(relative) if relative else self.uri, self.delta_options()))
         fs, path = self._path(relative)
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         return sorted(i.base_name for i in infos)

@@ -41,7 +41,7 @@ def check_conditional_writes(loc: Location) -> None:
             return
         key = "/".join(p for p in (prefix, "_probe", uuid.uuid4().hex) if p)
         try:
-            client = s3_client(loc.storage_options)
+            client = s3_client(loc.delta_options())  # an assumed role's current credentials
             client.put_object(Bucket=bucket, Key=key, Body=b"1", IfNoneMatch="*")
             try:
                 try:

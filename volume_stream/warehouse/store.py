@@ -26,7 +26,10 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from connectors.errors import CredentialsError
+from directory_table.roles import generation
 from volume_stream.errors import (
+    ConfigError,
     InvalidInputError,
     NotFoundError,
     VolumeStreamError,
@@ -85,10 +88,10 @@ class Warehouse:
         self.uri = self.location.uri
         #: a `Path` for a local folder, the URI string for an object store
         self.root: Path | str = Path(self.uri) if self.location.is_local else self.uri
-        self.storage_options = self.location.delta_options()
         self.catalog_path = self.location.join("_catalog")
         self._lock = threading.RLock()
         self._dt: DeltaTable | None = None
+        self._generation = 0
         self._state: tuple[int, dict[tuple[str, str], str]] | None = None
         with self._storage("open"):
             try:
@@ -102,6 +105,12 @@ class Warehouse:
     def __repr__(self) -> str:
         return f"Warehouse({self.uri!r})"
 
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options with current credentials (an assumed role's are refreshed before
+        they expire: DESIGN §3.2)."""
+        return self.location.delta_options()
+
     @contextmanager
     def _storage(self, doing: str) -> Iterator[None]:
         if self.location.is_local:
@@ -111,6 +120,8 @@ class Warehouse:
             yield
         except VolumeStreamError:
             raise
+        except CredentialsError as exc:  # an assumed role STS refused (DESIGN §3.2)
+            raise ConfigError(f"warehouse {self.uri}: cannot {doing}: {exc}") from exc
         except (OSError, DeltaError) as exc:
             raise storage_error(self.uri, exc, doing) from exc
 
@@ -188,8 +199,10 @@ class Warehouse:
         afresh would read every commit since the last checkpoint; catching up reads only the
         new ones (one LIST when nothing changed)."""
         try:
-            if self._dt is None:
-                self._dt = DeltaTable(self.catalog_path, storage_options=self.storage_options)
+            options = self.storage_options
+            if self._dt is None or generation(options) != self._generation:
+                self._dt = DeltaTable(self.catalog_path, storage_options=options)
+                self._generation = generation(options)
             else:
                 self._dt.update_incremental()
             return self._dt
