@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from directory_table.storage import filesystem_for
 from volume_stream.shards.model import Record, Shard
 from volume_stream.shards.sources import VolumeSource, row_sizes
 
@@ -41,8 +42,9 @@ class CommitTimes:
         self.limit = limit
         self._cache: dict[int, datetime] = {}
         path = source.log_path if hasattr(source, "log_path") else f"{source.path}/_delta_log"
+        options = getattr(source, "storage_options", None)
         if "://" in path:
-            self._fs, self._base = pafs.FileSystem.from_uri(path)
+            self._fs, self._base = filesystem_for(path, options)
         else:
             self._fs, self._base = pafs.LocalFileSystem(), path
 

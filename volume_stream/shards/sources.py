@@ -53,6 +53,10 @@ class VolumeSource:
     def log_path(self) -> str:
         return f"{self.table.path}/_delta_log"
 
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return getattr(self.table, "storage_options", None) or {}
+
     def buckets(self) -> int:
         return self.table.layout().buckets
 
