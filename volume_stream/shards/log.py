@@ -45,7 +45,7 @@ from volume_stream.shards.sources import TableSource, VolumeSource
 from volume_stream.tables.store import ROW_ID
 
 __all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "Target", "disable_change_log",
-           "enable_change_log", "list_change_logs"]
+           "enable_change_log", "list_change_logs", "owner_id"]
 
 DEFAULT_REGION = "us-east-1"
 DEFAULT_ACCOUNT = "000000000000"
@@ -85,6 +85,24 @@ def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str,
     return out
 
 
+def _is_volume(catalog: Any, name: str) -> bool:
+    try:
+        catalog.volume_spec(name)
+    except NotFoundError:
+        return False
+    return True
+
+
+def owner_id(catalog: Any, name: str) -> str:
+    """The id of volume `name`, else of SQL table `name` (NotFoundError: neither exists)."""
+    try:
+        return catalog.volume_spec(name).id
+    except NotFoundError:
+        if not catalog.tables.exists(name):
+            raise
+        return catalog.tables.table_id(name)
+
+
 class Target:
     """What a change log belongs to: a volume, or (when no volume has the name) a change-tracked
     SQL table keyed by `key` (default the hidden row id; once stored, the log's own)."""
@@ -92,7 +110,7 @@ class Target:
     def __init__(self, catalog: Any, name: str, key: str | None = None):
         store = catalog.tables
         self.name = name
-        if name in {v["name"] for v in catalog.list_volumes()} or not store.exists(name):
+        if _is_volume(catalog, name) or not store.exists(name):
             if key is not None:
                 raise InvalidInputError(f"volume {name!r}: a volume's change log is keyed by "
                                         f"relative_path; key= is for tables")
@@ -169,6 +187,12 @@ class ChangeLog:
             raise NotFoundError("change log stream", f"{volume}/{self.stream['label']}",
                                 [s for s, v in streams.items()
                                  if not _expired(v, self.retention_days, datetime.now(UTC))])
+        stream_key = self.stream.get("key") or self.meta.get("key")
+        if self.kind == "table" and stream_key and stream_key != self.source.key:
+            if key is not None:
+                raise InvalidInputError(f"stream {self.stream['label']} of table {volume!r} is "
+                                        f"keyed by {stream_key!r}, not {key!r}")
+            self.source = TableSource(catalog.tables, volume, stream_key)
         self._signer = IteratorSigner(catalog.warehouse.location)
         self._times = CommitTimes(self.source)
         self._windows: dict[tuple[str, int, int], Window] = {}

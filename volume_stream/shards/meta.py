@@ -262,6 +262,8 @@ def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
         _check_count(shards, meta["buckets"])
         stream = _new_stream(vid, meta["buckets"], shards, view_type, version,
                              {s["label"] for s in meta["streams"]})
+        if key is not None:
+            stream["key"] = key  # a table's stream may have its own key column
         meta["streams"].append(stream)
         return stream
 
