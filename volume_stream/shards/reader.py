@@ -93,11 +93,21 @@ class _Images:
         self._news: list | None = None
         self._keys: list | None = None
 
-    def _dicts(self, idx: np.ndarray) -> list[dict[str, Any]]:
+    def _dicts(self, idx: np.ndarray) -> list[dict[str, Any] | None]:
+        """The images of rows `idx` (None where -1), converting only the rows that exist."""
         cols = self.window.columns
-        taken = self.window.rows.select(list(cols)).take(pa.array(np.maximum(idx, 0)))
-        lists = [_pylist(taken[c]) for c in cols]
-        return [dict(zip(cols, values, strict=True)) for values in zip(*lists, strict=True)]
+        valid = np.nonzero(idx >= 0)[0]
+        if len(valid) == len(idx):
+            taken = self.window.rows.select(list(cols)).take(pa.array(idx))
+            lists = [_pylist(taken[c]) for c in cols]
+            return [dict(zip(cols, values, strict=True)) for values in zip(*lists, strict=True)]
+        out: list[dict[str, Any] | None] = [None] * len(idx)
+        if len(valid):
+            taken = self.window.rows.select(list(cols)).take(pa.array(idx[valid]))
+            lists = [_pylist(taken[c]) for c in cols]
+            for pos, values in zip(valid.tolist(), zip(*lists, strict=True), strict=True):
+                out[pos] = dict(zip(cols, values, strict=True))
+        return out
 
     def old(self, k: int) -> dict[str, Any] | None:
         if not self.keep_old or self._old[k] < 0:
