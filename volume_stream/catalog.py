@@ -35,6 +35,7 @@ from volume_stream.shards import ChangeLog, Shard
 from volume_stream.shards import meta as shard_meta
 from volume_stream.shards.autosplit import auto_split
 from volume_stream.shards.export import ExportResult, export_changes
+from volume_stream.shards.log import disable_change_log, enable_change_log
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
 from volume_stream.tables import TableStore
@@ -371,9 +372,10 @@ class Catalog:
 
     # ------------------------------------------------------------------ change logs (shards)
     def change_log(self, volume: str, *, label: str | None = None, **options: Any) -> ChangeLog:
-        """The volume's change log (its newest stream, or the one `label` names), split into
-        shards read through iterators, DynamoDB Streams style (`volume_stream.shards`).
-        Options: `region`, `account_id` (12 digits) for its ARN.
+        """The change log of a volume (or, when no volume has the name, of a change-tracked
+        SQL table: key its hidden row id, or `key=`) — its newest stream, or the one `label`
+        names — split into shards read through iterators, DynamoDB Streams style
+        (`volume_stream.shards`). Options: `region`, `account_id` (12 digits) for its ARN.
 
         Example:
             >>> log = cat.change_log("landing")
@@ -383,32 +385,28 @@ class Catalog:
         return ChangeLog(self, volume, label=label, **options)
 
     def reshard(self, volume: str, shards: int) -> list[Shard]:
-        """Close every open shard of the volume's change log at the latest version and open
-        `shards` children naming their parents; returns the children."""
+        """Close every open shard of the volume's (or table's) change log at the latest
+        version and open `shards` children naming their parents; returns the children."""
         return self.change_log(volume).reshard(shards)
 
     def enable_change_log(self, volume: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
-                          shards: int = 1) -> ChangeLog:
-        """Start a new change log stream (new label) from the latest version on."""
-        table = self.directory_table(volume)
-        shard_meta.enable(self.warehouse, volume, table.layout().buckets, table.version(),
-                          view_type=view_type, shards=shards)
+                          shards: int = 1, key: str | None = None) -> ChangeLog:
+        """Start a new change log stream (new label) of a volume or table from its latest
+        version on (`key`: a table's key column, default its hidden row id)."""
+        enable_change_log(self, volume, view_type=view_type, shards=shards, key=key)
         return self.change_log(volume)
 
     def disable_change_log(self, volume: str) -> None:
         """Close every open shard at the latest version; records stay readable until the
-        volume's retention period after now."""
-        self.change_log(volume)
-        table = self.directory_table(volume)
-        with converted(f"volume {volume!r}"):
-            shard_meta.disable(self.warehouse, volume, table.version)
+        retention period after now."""
+        disable_change_log(self, volume)
 
     def set_auto_split(self, volume: str, *, records_per_s: float | None,
                        window_s: float = 60) -> None:
         """Let the volume's shards split on their own when one's write rate over the last
         `window_s` seconds is above `records_per_s` (None: never); see `auto_split`."""
-        self.change_log(volume)
-        shard_meta.set_split_threshold(self.warehouse, volume, records_per_s, window_s)
+        log = self.change_log(volume)
+        shard_meta.set_split_threshold(self.warehouse, log.meta_name, records_per_s, window_s)
 
     def auto_split(self, volume: str) -> list[Shard]:
         """Split every open shard of the volume whose write rate is above its threshold (the

@@ -119,10 +119,9 @@ class _Handler(FakeRequestHandler):
             conn.request(self.command, self.path, body=body, headers=headers)
             response = conn.getresponse()
             payload = response.read()
-            kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
-            if self.command == "HEAD":  # no body: the object's length is the upstream's header
-                kept += [(k, v) for k, v in response.getheaders()
-                         if k.lower() == "content-length"]
+            # a HEAD's Content-Length is the object's size, not that of the (empty) body
+            kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP
+                    or (k.lower() == "content-length" and self.command == "HEAD")]
             return response.status, kept, payload
         finally:
             conn.close()

@@ -5,16 +5,20 @@ change logs of one warehouse: ListStreams, DescribeStream, GetShardIterator, Get
 of botocore's `dynamodbstreams` service model, errors are `{"__type": ..., "message": ...}` with
 HTTP 400 (`ResourceNotFoundException`, `ExpiredIteratorException`,
 `TrimmedDataAccessException`, `ValidationException`), as DynamoDB sends them. A volume is a
-"table" whose key schema is `relative_path` (HASH); images are typed attribute maps.
+"table" whose key schema is `relative_path` (HASH); a change-tracked SQL table is one too,
+keyed by its hidden row id `_vs_row_id` (or the key column its change log was given). Images
+are typed attribute maps (`{"S": ...}`, numbers `{"N": "..."}`).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import threading
 import time
-from datetime import datetime
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 from volume_stream.errors import (
@@ -26,7 +30,7 @@ from volume_stream.errors import (
 )
 from volume_stream.shards import ChangeLog, Record, list_change_logs
 from volume_stream.shards.iterators import IteratorSigner
-from volume_stream.shards.log import DEFAULT_ACCOUNT, DEFAULT_REGION, MAX_BYTES
+from volume_stream.shards.log import DEFAULT_ACCOUNT, DEFAULT_REGION, MAX_BYTES, owner_id
 
 __all__ = ["OPERATIONS", "TARGET_PREFIX", "ApiError", "StreamsApi"]
 
@@ -48,15 +52,29 @@ class ApiError(Exception):
 def _typed(value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"BOOL": value}
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return {"N": str(value)}
-    if isinstance(value, datetime):
+    if isinstance(value, datetime | date):
         return {"S": value.isoformat()}
+    if isinstance(value, bytes):
+        return {"B": base64.b64encode(value).decode()}
+    if isinstance(value, list):
+        return {"L": [_typed(v) if v is not None else {"NULL": True} for v in value]}
+    if isinstance(value, dict):
+        return {"M": _image(value)}
     return {"S": str(value)}
 
 
+#: the typed form by the value's exact type (one lookup instead of isinstance checks; the hot
+#: path of GetRecords); other types fall back to `_typed`
+_BY_TYPE: dict[type, Any] = {
+    str: lambda v: {"S": v}, int: lambda v: {"N": str(v)}, float: lambda v: {"N": str(v)},
+    bool: lambda v: {"BOOL": v}, datetime: lambda v: {"S": v.isoformat()}}
+
+
 def _image(image: dict[str, Any]) -> dict[str, Any]:
-    return {k: _typed(v) for k, v in image.items() if v is not None}
+    get = _BY_TYPE.get
+    return {k: (get(type(v)) or _typed)(v) for k, v in image.items() if v is not None}
 
 
 def _limit(body: dict[str, Any], top: int) -> int:
@@ -111,8 +129,8 @@ class StreamsApi:
 
     def _log(self, volume: str, label: str) -> ChangeLog:
         log = self._logs.get((volume, label))
-        if log is not None and self.catalog.volume_spec(volume).id != log.spec.id:
-            log = None  # the volume was dropped and made again under its name
+        if log is not None and owner_id(self.catalog, volume) != log.owner_id:
+            log = None  # the volume (table) was dropped and made again under its name
         if log is None:
             log = ChangeLog(self.catalog, volume, label=label, region=self.region,
                             account_id=self.account_id)
@@ -136,7 +154,7 @@ class StreamsApi:
         table = body.get("TableName")
         if table is not None:
             names = {v["name"] for v in self.catalog.list_volumes()}
-            if table not in names:
+            if table not in names and not self.catalog.tables.exists(table):
                 raise ApiError("ResourceNotFoundException",
                                f"Requested resource not found: Table: {table} not found")
         streams = [{"StreamArn": self._log(v, label).arn, "TableName": v, "StreamLabel": label}
@@ -182,7 +200,7 @@ class StreamsApi:
             "CreationRequestDateTime": datetime.fromisoformat(
                 log.stream["created_at"]).timestamp(),
             "TableName": log.volume,
-            "KeySchema": [{"AttributeName": "relative_path", "KeyType": "HASH"}],
+            "KeySchema": [{"AttributeName": log.source.key, "KeyType": "HASH"}],
             "Shards": described}
         if len(shards) > limit:
             desc["LastEvaluatedShardId"] = page[-1].shard_id
@@ -214,14 +232,15 @@ class StreamsApi:
         return out
 
     def _record(self, log: ChangeLog, r: Record) -> dict[str, Any]:
+        seq = r.sequence_number
         ddb: dict[str, Any] = {
             "ApproximateCreationDateTime": int(r.commit_timestamp.timestamp()),
-            "Keys": _image(r.key), "SequenceNumber": r.sequence_number,
+            "Keys": _image(r.key), "SequenceNumber": seq,
             "SizeBytes": max(1, r.size_bytes), "StreamViewType": log.view_type}
         if r.new_image is not None:
             ddb["NewImage"] = _image(r.new_image)
         if r.old_image is not None:
             ddb["OldImage"] = _image(r.old_image)
-        event_id = hashlib.sha256(f"{r.shard_id}/{r.sequence_number}".encode()).hexdigest()[:32]
+        event_id = hashlib.sha256(f"{r.shard_id}/{seq}".encode()).hexdigest()[:32]
         return {"eventID": event_id, "eventName": r.event_name, "eventVersion": "1.1",
                 "eventSource": "aws:dynamodb", "awsRegion": self.region, "dynamodb": ddb}

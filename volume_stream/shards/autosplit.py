@@ -28,8 +28,8 @@ def shard_rates(log: ChangeLog, window_s: float, now: datetime | None = None
     open for at least that long."""
     now = now or datetime.now(UTC)
     since = now - timedelta(seconds=window_s)
-    with converted(f"volume {log.volume!r}"):
-        history = log.table.history()
+    with converted(f"{log.kind} {log.volume!r}"):
+        history = log.source.history()
         times = {h["version"]: h["timestamp"] for h in history}
         recent = [h["version"] for h in history if h["timestamp"] > since]
         rates = {}
@@ -43,9 +43,9 @@ def shard_rates(log: ChangeLog, window_s: float, now: datetime | None = None
                 rates[shard.shard_id] = 0.0
                 continue
             a = max(min(recent) - 1, shard.start_version)
-            cdf = log.table.changes(a, max(recent), buckets=shard.buckets)
+            cdf = log.source.changes(a, max(recent), shard)
             keys = set(zip(cdf["_commit_version"].to_pylist(),
-                           cdf["relative_path"].to_pylist(), strict=True))
+                           cdf[log.source.key].to_pylist(), strict=True))
             rates[shard.shard_id] = len(keys) / window_s
     return rates
 
@@ -61,6 +61,6 @@ def auto_split(catalog: Any, volume: str, now: datetime | None = None) -> list[S
     hot = [sid for sid, rate in rates.items() if rate > settings["records_per_s"]]
     if not hot:
         return []
-    with converted(f"volume {volume!r}"):
-        children = shard_meta.split(catalog.warehouse, volume, hot, log.table.version)
+    with converted(f"{log.kind} {volume!r}"):
+        children = shard_meta.split(catalog.warehouse, log.meta_name, hot, log.source.version)
     return [Shard.from_meta(c, log.meta["buckets"]) for c in children]

@@ -13,7 +13,14 @@ Reader parameters: `dataTable` (the volume), `statusTable`, `startTimestampMilli
 `endTimestampMillis` or `date` (yyyyMMdd), `isExportSequenceInfo`, `maxRetries`. Writer
 parameters: `path` and `format` (or `fileType`: parquet, csv/text, delta). `speed.concurrent`
 is the parallelism (shards exported at once), `speed.mbps` a bandwidth cap on written bytes.
-`errorLimit.record` is accepted (an integer >= 0): the export has no per-record failures.
+
+`errorLimit` (DataX's tolerance of dirty records: records the writer could not write, which
+DataX skips and counts until the limit fails the job) accepts only `record: 0` and
+`percentage: 0`. No change record of a volume can be dirty here: every record comes from the
+directory table's fixed typed schema and becomes text rows every writer format (Parquet, CSV,
+Delta) holds, so nothing is ever skipped, and a write that fails fails the run (its windows are
+retried and resumed, never dropped). A nonzero limit asks for skipping that cannot happen; it is
+refused rather than silently meaning nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +45,38 @@ def _section(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[
         return (content[0].get("reader") or {}, content[0].get("writer") or {},
                 doc["job"].get("setting") or {})
     raise InvalidInputError("job file has neither 'configuration' nor 'job'")
+
+
+def _zero(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, int | float) and value == 0
+
+
+def _check_error_limit(limit: Any, path: str | Path) -> None:
+    """Only 0 (see the module docstring: no record can be dirty, nothing is ever skipped)."""
+    if limit is None:
+        return
+    if not isinstance(limit, dict):
+        raise InvalidInputError(f"job file {str(path)!r}: setting.errorLimit must be an object "
+                                f"like {{\"record\": 0}}, not {limit!r}")
+    for name in ("record", "percentage"):
+        if name in limit and not _zero(limit[name]):
+            raise InvalidInputError(
+                f"job file {str(path)!r}: errorLimit.{name} must be 0, not {limit[name]!r}: "
+                f"this export has no dirty records to skip (every change record is written in "
+                f"every format, and a failed write fails the run, to be resumed), so a "
+                f"tolerance for them would never apply; set it to 0 or leave it out")
+    unknown = set(limit) - {"record", "percentage"}
+    if unknown:
+        raise InvalidInputError(f"job file {str(path)!r}: unknown errorLimit setting(s) "
+                                f"{', '.join(sorted(unknown))}; known: record, percentage")
 
 
 def job_options(path: str | Path) -> tuple[str, dict[str, Any]]:
@@ -67,10 +106,7 @@ def job_options(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise InvalidInputError(f"job file {str(path)!r}: writer format {fmt!r} is not one of "
                                 f"{', '.join(_FORMATS)}")
     speed = setting.get("speed") or {}
-    limit = (setting.get("errorLimit") or {}).get("record", 0)
-    if not isinstance(limit, int) or limit < 0:
-        raise InvalidInputError(f"job file {str(path)!r}: errorLimit.record must be an "
-                                f"integer >= 0")
+    _check_error_limit(setting.get("errorLimit"), path)
     options: dict[str, Any] = {
         "out": str((Path(path).parent / out) if not Path(out).is_absolute() else out),
         "format": _FORMATS[fmt],

@@ -42,8 +42,15 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
+from connectors.errors import is_transient
 from directory_table.schema import PUBLIC_COLUMNS
-from volume_stream.errors import InvalidInputError, TrimmedDataError, converted
+from volume_stream.errors import (
+    InvalidInputError,
+    SourceError,
+    TrimmedDataError,
+    WarehouseError,
+    converted,
+)
 from volume_stream.shards.log import ChangeLog, list_change_logs
 from volume_stream.shards.model import Shard
 from volume_stream.shards.reader import CommitTimes, Window, shard_window
@@ -79,6 +86,8 @@ class ExportResult:
     rows: int = 0
     records: int = 0
     files: list[str] = field(default_factory=list)
+    #: transient storage errors outlived by a retry
+    retries: int = 0
     windows_written: int = 0
     windows_skipped: int = 0
     shards: int = 0
@@ -173,19 +182,22 @@ class _Exporter:
         self.out, self.fmt, self.status_path = out, fmt, status_path
         self.sequence_info, self.max_retries, self.mbps = sequence_info, max_retries, mbps
         self.result = result
-        self.spec = catalog.volume_spec(volume)
+        self._lock = threading.Lock()
+        self.options = dict(getattr(catalog.warehouse.location, "storage_options", {}) or {})
+        self.spec = self._retry(lambda: catalog.volume_spec(volume), "read the catalog")
         self.range_key = f"{volume}:{self.spec.id}:{a}:{b}"
         self.schema = _schema(sequence_info)
-        self._lock = threading.Lock()
         self._written = 0
         self._bytes, self._started = 0, time.monotonic()
 
     # ---------------------------------------------------------------- status
     def status(self) -> dict[str, tuple[int, bool]]:
         """{shard_id: (last recorded window end, done)} of this range."""
-        if not self.status_path or not DeltaTable.is_deltatable(self.status_path):
+        if not self.status_path or not DeltaTable.is_deltatable(self.status_path,
+                                                                self.options or None):
             return {}
-        rows = DeltaTable(self.status_path).to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
+        rows = DeltaTable(self.status_path, storage_options=self.options or None
+                          ).to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
         out: dict[str, tuple[int, bool]] = {}
         for r in rows:
             if r["range_key"] == self.range_key:
@@ -199,16 +211,29 @@ class _Exporter:
         row = pa.Table.from_pylist([{
             "range_key": self.range_key, "shard_id": shard_id, "window_end": window_end,
             "done": done, "rows": rows, "updated_at": datetime.now(UTC)}], _STATUS_SCHEMA)
-        self._retry(lambda: write_deltalake(self.status_path, row, mode="append"))
+        self._retry(lambda: write_deltalake(self.status_path, row, mode="append",
+                                            storage_options=self.options or None),
+                    f"record shard {shard_id} in status table")
 
     # ---------------------------------------------------------------- work
-    def _retry(self, fn: Any) -> Any:
+    def _retry(self, fn: Any, what: str) -> Any:
+        """fn(), retried up to `max_retries` times with back-off while it fails transiently
+        (`connectors.errors.is_transient`: 5xx, SlowDown, resets, timeouts); then, or on any
+        other storage error, a WarehouseError naming the volume, the range and the step."""
         for attempt in range(self.max_retries + 1):
             try:
                 return fn()
-            except (OSError, DeltaError):
-                if attempt == self.max_retries:
-                    raise
+            except (OSError, DeltaError, pa.ArrowException, SourceError, WarehouseError) as exc:
+                transient = is_transient(exc)
+                if not transient or attempt == self.max_retries:
+                    tried = f" after {attempt} retries" if transient else ""
+                    raise WarehouseError(
+                        f"export of volume {self.volume!r}, range [{self.a}, {self.b}) ms: "
+                        f"could not {what}{tried} ({'transient' if transient else 'storage'} "
+                        f"error: {exc}); run it again to resume (with a status table) or "
+                        f"raise max_retries") from exc
+                with self._lock:
+                    self.result.retries += 1
                 time.sleep(min(0.05 * 2 ** attempt, 5.0))
         return None
 
@@ -259,7 +284,8 @@ class _Exporter:
             with self._lock:
                 self.result.windows_skipped += 1
             return
-        table = self.catalog.directory_table(self.volume)
+        table = self._retry(lambda: self.catalog.directory_table(self.volume),
+                            "open the directory table")
         times = CommitTimes(table)
         total_rows = 0
         w = start - start % WINDOW  # windows fixed by version number
@@ -271,12 +297,12 @@ class _Exporter:
                 w = w_end
                 continue
             lo = max(w, start)
-            window = self._retry(lambda lo=lo, w_end=w_end: shard_window(
-                table, shard, lo, w_end))
-            rows, n_records = window_rows(window, shard, times, self.a, self.b,
-                                          self.sequence_info)
+            rows, n_records = self._retry(lambda lo=lo, w_end=w_end: window_rows(
+                shard_window(table, shard, lo, w_end), shard, times, self.a, self.b,
+                self.sequence_info), f"read shard {shard.shard_id} versions {lo + 1}..{w_end}")
             if rows.num_rows:
-                path = self._retry(lambda rows=rows, w=w: self._write(shard, w + 1, rows))
+                path = self._retry(lambda rows=rows, w=w: self._write(shard, w + 1, rows),
+                                   f"write shard {shard.shard_id} window {w + 1}")
                 with self._lock:
                     self.result.files.append(path)
                     self.result.rows += rows.num_rows
@@ -339,7 +365,7 @@ def _run_on_spark(spark: Any, exporter: _Exporter, jobs: list, window: tuple[int
         return
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))  # one task per shard
     for part in rdd.map(_spark_task).collect():
-        for key in ("rows", "records", "windows_written", "windows_skipped"):
+        for key in ("rows", "records", "retries", "windows_written", "windows_skipped"):
             setattr(e.result, key, getattr(e.result, key) + part[key])
         e.result.files += part["files"]
 
@@ -377,18 +403,24 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
     result = ExportResult(a, b)
     exporter = _Exporter(catalog, volume, a, b, os.fspath(out), fmt, status_path,
                          export_sequence_info, max_retries, mbps, result)
-    table = catalog.directory_table(volume)
+    retry = exporter._retry
     with converted(f"volume {volume!r}"):
-        window = _version_window(table, a, b, volume)
+        window = retry(lambda: _version_window(catalog.directory_table(volume), a, b, volume),
+                       "read the volume's history")
     if window is None:
         result.seconds = time.perf_counter() - started
         return result
-    status = exporter.status()
-    jobs = []
-    for _, label in list_change_logs(catalog, volume):
-        log = ChangeLog(catalog, volume, label=label)
-        jobs += [(log, s) for s in log.shards()
-                 if s.start_version < window[1] and (not s.closed or s.end_version > window[0])]
+    status = retry(exporter.status, "read the status table")
+
+    def shards() -> list[tuple[ChangeLog, Shard]]:
+        jobs = []
+        for _, label in list_change_logs(catalog, volume):
+            log = ChangeLog(catalog, volume, label=label)
+            jobs += [(log, s) for s in log.shards() if s.start_version < window[1]
+                     and (not s.closed or s.end_version > window[0])]
+        return jobs
+
+    jobs = retry(shards, "list the change log's shards")
     result.shards = len(jobs)
     if engine == "spark":
         with converted(f"volume {volume!r}"):

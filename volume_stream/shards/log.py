@@ -41,8 +41,11 @@ from volume_stream.shards.model import (
     parse_sequence_number,
 )
 from volume_stream.shards.reader import CommitTimes, Window, shard_window
+from volume_stream.shards.sources import TableSource, VolumeSource
+from volume_stream.tables.store import ROW_ID
 
-__all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "list_change_logs"]
+__all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "Target", "disable_change_log",
+           "enable_change_log", "list_change_logs", "owner_id"]
 
 DEFAULT_REGION = "us-east-1"
 DEFAULT_ACCOUNT = "000000000000"
@@ -51,6 +54,8 @@ MAX_BYTES = 1024 * 1024
 #: versions per read window (on a fixed grid, so pages of one window share its cached read)
 WINDOW = 64
 _WINDOWS_CACHED = 4
+#: how long the records of a table's closed change log stay readable
+TABLE_RETENTION_DAYS = 7.0
 
 
 def _expired(stream: dict[str, Any], retention_days: float, now: datetime) -> bool:
@@ -60,45 +65,140 @@ def _expired(stream: dict[str, Any], retention_days: float, now: datetime) -> bo
 
 
 def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str, str]]:
-    """(volume, label) of every readable stream, oldest first per volume; a volume without
-    change log metadata yet gets its default one (enabled, one shard)."""
-    names = [volume] if volume else [v["name"] for v in catalog.list_volumes()]
+    """(name, label) of every readable stream, oldest first per volume or table; a volume (or
+    a change-tracked table) without change log metadata yet gets its default one (enabled,
+    one shard)."""
+    if volume:
+        names = [volume]
+    else:
+        names = [v["name"] for v in catalog.list_volumes()]
+        taken = set(names)
+        store = catalog.tables
+        names += [t for t in store.names() if t not in taken and store.change_tracking(t)
+                  and store.has_row_ids(t)]
     out = []
     now = datetime.now(UTC)
     for name in names:
-        meta = ChangeLog(catalog, name).meta
-        days = catalog.volume_spec(name).retention_days
-        out += [(name, s["label"]) for s in meta["streams"] if not _expired(s, days, now)]
+        log = ChangeLog(catalog, name)
+        out += [(name, s["label"]) for s in log.meta["streams"]
+                if not _expired(s, log.retention_days, now)]
     return out
 
 
+def _is_volume(catalog: Any, name: str) -> bool:
+    try:
+        catalog.volume_spec(name)
+    except NotFoundError:
+        return False
+    return True
+
+
+def owner_id(catalog: Any, name: str) -> str:
+    """The id of volume `name`, else of SQL table `name` (NotFoundError: neither exists)."""
+    try:
+        return catalog.volume_spec(name).id
+    except NotFoundError:
+        if not catalog.tables.exists(name):
+            raise
+        return catalog.tables.table_id(name)
+
+
+class Target:
+    """What a change log belongs to: a volume, or (when no volume has the name) a change-tracked
+    SQL table keyed by `key` (default the hidden row id; once stored, the log's own)."""
+
+    def __init__(self, catalog: Any, name: str, key: str | None = None):
+        store = catalog.tables
+        self.name = name
+        if _is_volume(catalog, name) or not store.exists(name):
+            if key is not None:
+                raise InvalidInputError(f"volume {name!r}: a volume's change log is keyed by "
+                                        f"relative_path; key= is for tables")
+            self.spec = catalog.volume_spec(name)  # NotFoundError names the volumes
+            self.kind, self.meta_name, self.owner_id = "volume", name, self.spec.id
+            self.table = catalog.directory_table(name)
+            self.source: Any = VolumeSource(self.table)
+            self.retention_days = self.spec.retention_days
+            self.created = (datetime.fromisoformat(self.spec.created_at)
+                            if self.spec.created_at else None)
+            self.key, self.start_version = None, 0
+            return
+        self.kind, self.meta_name = "table", shard_meta.TABLE_PREFIX + name
+        self.owner_id = store.table_id(name)
+        stored = catalog.warehouse.read().get((shard_meta.CHANGE_LOG, self.meta_name))
+        if key is None and stored and stored.get("volume_id") == self.owner_id:
+            key = stored.get("key")
+        self.source = TableSource(store, name, key or ROW_ID)
+        self.spec, self.table, self.created = None, None, None
+        self.key = self.source.key
+        self.retention_days = TABLE_RETENTION_DAYS
+        self.start_version = (0 if stored and stored.get("volume_id") == self.owner_id
+                              else self.source.tracked_since())
+
+    def ensure(self, warehouse: Any) -> dict[str, Any]:
+        return shard_meta.ensure(warehouse, self.meta_name, self.source.buckets(),
+                                 created=self.created, owner_id=self.owner_id, key=self.key,
+                                 start_version=self.start_version)
+
+
+def enable_change_log(catalog: Any, name: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
+                      shards: int = 1, key: str | None = None) -> None:
+    """Start a new stream (new label) of the change log of volume or table `name` from its
+    latest version on."""
+    target = Target(catalog, name, key)
+    with converted(f"{target.kind} {name!r}"):
+        shard_meta.enable(catalog.warehouse, target.meta_name, target.source.buckets(),
+                          target.source.version(), view_type=view_type, shards=shards,
+                          owner_id=target.owner_id, key=target.key)
+
+
+def disable_change_log(catalog: Any, name: str) -> None:
+    """Close every open shard at the latest version; records stay readable for the retention
+    period after now."""
+    target = Target(catalog, name)
+    with converted(f"{target.kind} {name!r}"):
+        target.ensure(catalog.warehouse)
+        shard_meta.disable(catalog.warehouse, target.meta_name, target.source.version)
+
+
 class ChangeLog:
-    """One stream (the newest unless `label` names another) of a volume's change log."""
+    """One stream (the newest unless `label` names another) of the change log of a volume
+    or, when no volume has that name, of a change-tracked SQL table (`key`: its key column,
+    default the hidden row id)."""
 
     def __init__(self, catalog: Any, volume: str, *, label: str | None = None,
                  region: str = DEFAULT_REGION, account_id: str = DEFAULT_ACCOUNT,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, key: str | None = None):
         if not (isinstance(account_id, str) and len(account_id) == 12 and account_id.isdigit()):
             raise InvalidInputError(f"account_id must be 12 digits, not {account_id!r}")
         self.catalog, self.volume = catalog, volume
         self.region, self.account_id, self.clock = region, account_id, clock
-        self.spec = catalog.volume_spec(volume)
-        self.table = catalog.directory_table(volume)
-        with converted(f"volume {volume!r}"):
-            buckets = self.table.layout().buckets
-        created = datetime.fromisoformat(self.spec.created_at) if self.spec.created_at else None
-        self.meta = shard_meta.ensure(catalog.warehouse, volume, buckets, created=created)
+        with converted(f"change log of {volume!r}"):
+            target = Target(catalog, volume, key)
+            self.meta = target.ensure(catalog.warehouse)
+        self.kind, self.meta_name, self.owner_id = target.kind, target.meta_name, target.owner_id
+        self.spec, self.table, self.source = target.spec, target.table, target.source
+        self.retention_days = target.retention_days
         streams = {s["label"]: s for s in self.meta["streams"]}
         if label is not None and label not in streams:
             raise NotFoundError("change log stream", f"{volume}/{label}", streams)
         self.stream = streams[label] if label else self.meta["streams"][-1]
-        if _expired(self.stream, self.spec.retention_days, datetime.now(UTC)):
+        if _expired(self.stream, self.retention_days, datetime.now(UTC)):
             raise NotFoundError("change log stream", f"{volume}/{self.stream['label']}",
                                 [s for s, v in streams.items()
-                                 if not _expired(v, self.spec.retention_days, datetime.now(UTC))])
+                                 if not _expired(v, self.retention_days, datetime.now(UTC))])
+        stream_key = self.stream.get("key") or self.meta.get("key")
+        if self.kind == "table" and stream_key and stream_key != self.source.key:
+            if key is not None:
+                raise InvalidInputError(f"stream {self.stream['label']} of table {volume!r} is "
+                                        f"keyed by {stream_key!r}, not {key!r}")
+            self.source = TableSource(catalog.tables, volume, stream_key)
         self._signer = IteratorSigner(catalog.warehouse.location)
-        self._times = CommitTimes(self.table)
+        self._times = CommitTimes(self.source)
         self._windows: dict[tuple[str, int, int], Window] = {}
+        #: {shard id: (shard, last version known)}: what `_state` read, reused until a
+        #: reader has caught up with it (consistent: the version was read before the catalog)
+        self._known: dict[str, tuple[Shard, int]] = {}
 
     # ------------------------------------------------------------------ description
     @property
@@ -120,16 +220,16 @@ class ChangeLog:
 
     def _reload(self) -> None:
         state = self.catalog.warehouse.read()
-        meta = state.get((shard_meta.CHANGE_LOG, self.volume))
-        if meta is None or meta["volume_id"] != self.spec.id:
-            raise ExpiredIteratorError(f"the change log of volume {self.volume!r} is gone "
-                                       f"(volume dropped or replaced)")
+        meta = state.get((shard_meta.CHANGE_LOG, self.meta_name))
+        if meta is None or meta["volume_id"] != self.owner_id:
+            raise ExpiredIteratorError(f"the change log of {self.kind} {self.volume!r} is gone "
+                                       f"({self.kind} dropped or replaced)")
         self.meta = meta
         self.stream = next(s for s in meta["streams"] if s["label"] == self.label)
 
     def oldest_version(self) -> int:
-        with converted(f"volume {self.volume!r}"):
-            return self.table.oldest_version()
+        with converted(f"{self.kind} {self.volume!r}"):
+            return self.source.oldest_version()
 
     def shards(self) -> list[Shard]:
         """The shards, parents before children; closed shards whose records retention removed
@@ -149,11 +249,11 @@ class ChangeLog:
         if cached is not None and cached["end_version"] is not None:
             # closed for good: no need to read the catalog again
             return Shard.from_meta(cached, self.meta["buckets"]), cached["end_version"]
-        with converted(f"volume {self.volume!r}"):
-            latest = self.table.version()
+        with converted(f"{self.kind} {self.volume!r}"):
+            latest = self.source.version()
             self._reload()
             if self.stream.get("closing") and self.stream is self.meta["streams"][-1]:
-                shard_meta.finish(self.catalog.warehouse, self.volume, self.table.version)
+                shard_meta.finish(self.catalog.warehouse, self.meta_name, self.source.version)
                 self._reload()
         shard = self._shard(shard_id)
         return shard, shard.end_version if shard.closed else latest
@@ -164,7 +264,7 @@ class ChangeLog:
         key = (shard.shard_id, a, b)
         hit = self._windows.pop(key, None)
         if hit is None:
-            hit = shard_window(self.table, shard, a, b)
+            hit = shard_window(self.source, shard, a, b)
         self._windows[key] = hit
         while len(self._windows) > _WINDOWS_CACHED:
             self._windows.pop(next(iter(self._windows)))
@@ -215,14 +315,14 @@ class ChangeLog:
         return self._token(shard, pos)
 
     def _token(self, shard: Shard, pos: Position) -> str:
-        return self._signer.sign({"vid": self.spec.id, "vol": self.volume, "label": self.label,
+        return self._signer.sign({"vid": self.owner_id, "vol": self.volume, "label": self.label,
                                   "shard": shard.shard_id, "pos": list(pos)}, self.clock())
 
     def _check_kept(self, pos: Position, oldest: int, shard_id: str) -> None:
         base = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
         if base < oldest:
             raise TrimmedDataError(
-                f"shard {shard_id} of volume {self.volume!r}: position at version {pos[0]} is "
+                f"shard {shard_id} of {self.kind} {self.volume!r}: position at version {pos[0]} is "
                 f"older than the oldest kept version {oldest} (trimmed by retention); start "
                 f"again from TRIM_HORIZON")
 
@@ -241,12 +341,16 @@ class ChangeLog:
             raise InvalidInputError(f"limit must be from 1 to {MAX_LIMIT}, not {limit!r}")
         payload = self._signer.verify(iterator, self.clock())
         if (payload.get("vid"), payload.get("vol"), payload.get("label")) != (
-                self.spec.id, self.volume, self.label):
+                self.owner_id, self.volume, self.label):
             raise ExpiredIteratorError(f"shard iterator belongs to another change log than "
                                        f"{self.arn}")
-        shard, hi = self._state(payload["shard"])
         pos: Position = (int(payload["pos"][0]), int(payload["pos"][1]))
-        with converted(f"volume {self.volume!r}"):
+        known = self._known.get(payload["shard"])
+        if known is not None and (pos[0] if pos[1] == MAX_ROW else pos[0] - 1) < known[1]:
+            shard, hi = known  # versions known but not read yet: no need to look again
+        else:
+            shard, hi = self._known[payload["shard"]] = self._state(payload["shard"])
+        with converted(f"{self.kind} {self.volume!r}"):
             oldest = self.oldest_version()
             self._check_kept(pos, oldest, shard.shard_id)
             hi = max(hi, shard.start_version)
@@ -283,8 +387,8 @@ class ChangeLog:
     # ------------------------------------------------------------------ changes
     def reshard(self, n: int) -> list[Shard]:
         """Close every open shard at the latest version and open `n` children."""
-        with converted(f"volume {self.volume!r}"):
-            children = shard_meta.reshard(self.catalog.warehouse, self.volume, n,
-                                          self.table.version)
+        with converted(f"{self.kind} {self.volume!r}"):
+            children = shard_meta.reshard(self.catalog.warehouse, self.meta_name, n,
+                                          self.source.version)
         self._reload()
         return [Shard.from_meta(c, self.meta["buckets"]) for c in children]

@@ -24,9 +24,12 @@ from volume_stream.errors import InvalidInputError, NotFoundError
 from volume_stream.shards.model import check_view_type, shard_id
 from volume_stream.warehouse import VOLUME, CatalogState, Warehouse, entry, now
 
-__all__ = ["CHANGE_LOG", "disable", "enable", "ensure", "reshard"]
+__all__ = ["CHANGE_LOG", "TABLE_PREFIX", "disable", "enable", "ensure", "reshard"]
 
 CHANGE_LOG = "change_log"
+#: the change log of SQL table T is kept as "table:T" (a volume's under its bare name); its
+#: `volume_id` is then the table's Delta id, given by the caller (tables are not catalog entries)
+TABLE_PREFIX = "table:"
 
 
 def _label(taken: set[str], when: datetime | None = None) -> str:
@@ -62,36 +65,46 @@ def _new_stream(volume_id: str, buckets: int, n: int, view_type: str, start_vers
             "shards": shards}
 
 
-def _current(state: CatalogState, volume: str, volume_id: str) -> dict[str, Any] | None:
+def _current(state: CatalogState, volume: str, volume_id: str | None) -> dict[str, Any] | None:
     meta = state.get((CHANGE_LOG, volume))
     if meta is None or meta.get("volume_id") != volume_id:
         return None  # none yet, or left over from a dropped volume of the same name
     return meta
 
 
-def _volume_id(state: CatalogState, volume: str) -> str:
+def _volume_id(state: CatalogState, volume: str, given: str | None = None) -> str | None:
+    """The id of the change log's owner: `given` (a table's), the stored one of a table's
+    log, or the volume's catalog id."""
+    if given is not None:
+        return given
+    if volume.startswith(TABLE_PREFIX):
+        meta = state.get((CHANGE_LOG, volume))
+        return meta["volume_id"] if meta else None
     return entry(state, VOLUME, volume)["id"]
 
 
 def ensure(warehouse: Warehouse, volume: str, buckets: int, *, shards: int = 1,
            view_type: str = "NEW_AND_OLD_IMAGES", start_version: int = 0,
-           created: datetime | None = None) -> dict[str, Any]:
+           created: datetime | None = None, owner_id: str | None = None,
+           key: str | None = None) -> dict[str, Any]:
     """The volume's change log metadata, created (enabled, `shards` shards from
     `start_version`) if the volume has none."""
     view_type = check_view_type(view_type)
     _check_count(shards, buckets)
     state = warehouse.read()
-    meta = _current(state, volume, _volume_id(state, volume))
+    meta = _current(state, volume, _volume_id(state, volume, owner_id))
     if meta is not None:
         return meta
 
     def create(state: CatalogState) -> dict[str, Any]:
-        vid = _volume_id(state, volume)
+        vid = _volume_id(state, volume, owner_id)
         meta = _current(state, volume, vid)
         if meta is None:
             meta = {"volume": volume, "volume_id": vid, "buckets": buckets,
                     "streams": [_new_stream(vid, buckets, shards, view_type, start_version,
                                             set(), created)]}
+            if key is not None:
+                meta["key"] = key
             state[(CHANGE_LOG, volume)] = meta
         return meta
 
@@ -230,15 +243,18 @@ def disable(warehouse: Warehouse, volume: str, version: Callable[[], int]) -> No
 
 
 def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
-           view_type: str = "NEW_AND_OLD_IMAGES", shards: int = 1) -> dict[str, Any]:
+           view_type: str = "NEW_AND_OLD_IMAGES", shards: int = 1,
+           owner_id: str | None = None, key: str | None = None) -> dict[str, Any]:
     """A new stream (new label) from `version` on; InvalidInputError if one is enabled."""
     view_type = check_view_type(view_type)
 
     def change(state: CatalogState) -> dict[str, Any]:
-        vid = _volume_id(state, volume)
+        vid = _volume_id(state, volume, owner_id)
         meta = _current(state, volume, vid)
         if meta is None:
             meta = {"volume": volume, "volume_id": vid, "buckets": buckets, "streams": []}
+            if key is not None:
+                meta["key"] = key
             state[(CHANGE_LOG, volume)] = meta
         elif meta["streams"] and meta["streams"][-1]["disabled_version"] is None:
             raise InvalidInputError(f"the change log of volume {volume!r} is already enabled "
@@ -246,6 +262,8 @@ def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
         _check_count(shards, meta["buckets"])
         stream = _new_stream(vid, meta["buckets"], shards, view_type, version,
                              {s["label"] for s in meta["streams"]})
+        if key is not None:
+            stream["key"] = key  # a table's stream may have its own key column
         meta["streams"].append(stream)
         return stream
 

@@ -109,20 +109,77 @@ class Shard:
             end_version=end, hash_buckets=hash_buckets)
 
 
-@dataclass(slots=True)
 class Record:
     """One change of one key: INSERT (new_image), MODIFY (both), REMOVE (old_image); the images
-    the change log's view type keeps, the others None."""
+    the change log's view type keeps, the others None.
 
-    sequence_number: str
-    event_name: str
-    key: dict[str, Any]
-    old_image: dict[str, Any] | None
-    new_image: dict[str, Any] | None
-    commit_version: int
-    commit_timestamp: datetime
-    shard_id: str
-    size_bytes: int = 0
+    Records of one page share their images' columns (`shards.reader`): `key`, `old_image`
+    and `new_image` are made from Arrow columns the first time a record of the page asks, so
+    a consumer that reads only sequence numbers or event names does not pay for dicts.
+    `Record.of(...)` makes a stand-alone one from plain values."""
+
+    __slots__ = ("_images", "_k", "commit_timestamp", "commit_version", "event_name",
+                 "row", "shard_id", "size_bytes")
+
+    def __init__(self, images: Any, k: int, event_name: str, commit_version: int, row: int,
+                 commit_timestamp: datetime, shard_id: str, size_bytes: int = 0):
+        self._images, self._k = images, k
+        self.event_name, self.commit_version, self.row = event_name, commit_version, row
+        self.commit_timestamp, self.shard_id, self.size_bytes = (commit_timestamp, shard_id,
+                                                                 size_bytes)
+
+    @classmethod
+    def of(cls, sequence_number: str, event_name: str, key: dict[str, Any],
+           old_image: dict[str, Any] | None, new_image: dict[str, Any] | None,
+           commit_version: int, commit_timestamp: datetime, shard_id: str,
+           size_bytes: int = 0) -> Record:
+        version, row = parse_sequence_number(sequence_number)
+        if version != commit_version:
+            raise InvalidInputError(f"sequence number {sequence_number} is not of version "
+                                    f"{commit_version}")
+        return cls(_Fixed([key], [old_image], [new_image]), 0, event_name, commit_version, row,
+                   commit_timestamp, shard_id, size_bytes)
+
+    @property
+    def sequence_number(self) -> str:
+        return f"1{self.commit_version:0{_VERSION_DIGITS}d}{self.row:0{_ROW_DIGITS}d}"
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return self._images.key(self._k)
+
+    @property
+    def old_image(self) -> dict[str, Any] | None:
+        return self._images.old(self._k)
+
+    @property
+    def new_image(self) -> dict[str, Any] | None:
+        return self._images.new(self._k)
+
+    def _values(self) -> tuple:
+        return (self.sequence_number, self.event_name, self.key, self.old_image,
+                self.new_image, self.commit_version, self.commit_timestamp, self.shard_id,
+                self.size_bytes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash((self.shard_id, self.commit_version, self.row))
+
+    def __repr__(self) -> str:
+        return (f"Record(sequence_number={self.sequence_number!r}, "
+                f"event_name={self.event_name!r}, key={self.key!r}, "
+                f"old_image={self.old_image!r}, new_image={self.new_image!r}, "
+                f"commit_version={self.commit_version!r}, "
+                f"commit_timestamp={self.commit_timestamp!r}, shard_id={self.shard_id!r})")
+
+
+class _Fixed:
+    """Images given as plain values (`Record.of`)."""
+
+    def __init__(self, keys: list, olds: list, news: list):
+        self.key, self.old, self.new = keys.__getitem__, olds.__getitem__, news.__getitem__
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,21 @@
-"""Records of one shard between two versions, from the directory table's change data feed.
+"""Records of one shard between two versions, from its source's change data feed.
 
-`DirectoryTable.changes(a, b, buckets=shard.buckets)` gives the CDF rows of the shard's buckets
-only (O(changes)); if the table was re-bucketed after the change log was made (a migration of a
-pre-bucket table), the rows are read whole and kept by the change log's own bucket count. Per version and key the old image (delete / update_preimage) and the new one
-(insert / update_postimage) are paired into one record: INSERT (new only), REMOVE (old only),
-MODIFY (both; a rewrite that changes no public column — Delta shows it as delete + insert — is
-no change and gives no record, as DynamoDB writes none for a no-op put). Records are ordered by
-(version, key); the row of a sequence number is the record's index in its version.
+The source (`shards.sources`: a volume's directory table or a change-tracked SQL table) gives
+the CDF rows of the shard's buckets only. Per version and key the old image (delete /
+update_preimage) and the new one (insert / update_postimage) are paired into one record:
+INSERT (new only), REMOVE (old only), MODIFY (both; a rewrite that changes no public column —
+Delta shows it as delete + insert — is no change and gives no record, as DynamoDB writes none
+for a no-op put). Records are ordered by (version, key); the row of a sequence number is the
+record's index in its version. All of it is column-wise (Arrow sort, numpy pairing and
+numbering); a page's `Record`s share an `_Images` that turns Arrow columns into dicts only
+when a record's images are first asked for.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -21,26 +23,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from directory_table import DirectoryTable
-from directory_table.layout import bucket_of
-from directory_table.schema import PUBLIC_COLUMNS
+from directory_table.storage import filesystem_for
 from volume_stream.shards.model import Record, Shard
+from volume_stream.shards.sources import VolumeSource, row_sizes
 
 __all__ = ["CommitTimes", "Window", "shard_records", "shard_window"]
 
 _OLD = frozenset(("delete", "update_preimage"))
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EVENTS = ("INSERT", "MODIFY", "REMOVE")
 
 
 class CommitTimes:
     """The commit time of each version, read from its Delta log entry once and cached."""
 
-    def __init__(self, table: DirectoryTable, limit: int = 100_000):
-        self.table, self.limit = table, limit
+    def __init__(self, source: Any, limit: int = 100_000):
+        self.limit = limit
         self._cache: dict[int, datetime] = {}
-        path = f"{table.path}/_delta_log"
+        path = source.log_path if hasattr(source, "log_path") else f"{source.path}/_delta_log"
+        options = getattr(source, "storage_options", None)
         if "://" in path:
-            self._fs, self._base = pafs.FileSystem.from_uri(path)
+            self._fs, self._base = filesystem_for(path, options)
         else:
             self._fs, self._base = pafs.LocalFileSystem(), path
 
@@ -65,19 +69,66 @@ class CommitTimes:
         return datetime.fromtimestamp(0, UTC)
 
 
-#: attribute names of an image plus its fixed-size values (size 8, time 32 as text)
-_IMAGE_FIXED = sum(len(c) for c in PUBLIC_COLUMNS) + 8 + 32
-_KEY_FIXED = len("relative_path")
+def _pylist(col: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """Python values of a column; timestamps through int64 (pyarrow's own conversion of a
+    zoned timestamp costs ~7 us a value, this ~1 us)."""
+    if pa.types.is_timestamp(col.type) and col.type.unit == "us":
+        ints = pc.cast(col, pa.int64()).to_pylist()
+        tz = UTC if col.type.tz else None
+        base = _EPOCH if tz else _EPOCH.replace(tzinfo=None)
+        return [None if x is None else base + timedelta(microseconds=x) for x in ints]
+    return col.to_pylist()
 
 
-def _size(path: str, *images: dict[str, Any] | None) -> int:
-    """Approximate bytes of a record as DynamoDB counts them (names plus values)."""
-    total = _KEY_FIXED + len(path)
-    for image in images:
-        if image:
-            total += (_IMAGE_FIXED + len(image["relative_path"]) + len(image["url"] or "")
-                      + len(image["etag"] or ""))
-    return total
+class _Images:
+    """The images of one page of records, made from the window's columns on first use."""
+
+    __slots__ = ("_keys", "_new", "_news", "_old", "_olds", "keep_new", "keep_old", "window")
+
+    def __init__(self, window: Window, old: np.ndarray, new: np.ndarray, keep_old: bool,
+                 keep_new: bool):
+        self.window, self._old, self._new = window, old, new
+        self.keep_old, self.keep_new = keep_old, keep_new
+        self._olds: list | None = None
+        self._news: list | None = None
+        self._keys: list | None = None
+
+    def _dicts(self, idx: np.ndarray) -> list[dict[str, Any] | None]:
+        """The images of rows `idx` (None where -1), converting only the rows that exist."""
+        cols = self.window.columns
+        valid = np.nonzero(idx >= 0)[0]
+        if len(valid) == len(idx):
+            taken = self.window.rows.select(list(cols)).take(pa.array(idx))
+            lists = [_pylist(taken[c]) for c in cols]
+            return [dict(zip(cols, values, strict=True)) for values in zip(*lists, strict=True)]
+        out: list[dict[str, Any] | None] = [None] * len(idx)
+        if len(valid):
+            taken = self.window.rows.select(list(cols)).take(pa.array(idx[valid]))
+            lists = [_pylist(taken[c]) for c in cols]
+            for pos, values in zip(valid.tolist(), zip(*lists, strict=True), strict=True):
+                out[pos] = dict(zip(cols, values, strict=True))
+        return out
+
+    def old(self, k: int) -> dict[str, Any] | None:
+        if not self.keep_old or self._old[k] < 0:
+            return None
+        if self._olds is None:
+            self._olds = self._dicts(self._old)
+        return self._olds[k]
+
+    def new(self, k: int) -> dict[str, Any] | None:
+        if not self.keep_new or self._new[k] < 0:
+            return None
+        if self._news is None:
+            self._news = self._dicts(self._new)
+        return self._news[k]
+
+    def key(self, k: int) -> dict[str, Any]:
+        if self._keys is None:
+            name = self.window.key
+            idx = np.where(self._new >= 0, self._new, self._old)
+            self._keys = _pylist(self.window.rows[name].take(pa.array(idx)))
+        return {self.window.key: self._keys[k]}
 
 
 class Window:
@@ -86,68 +137,64 @@ class Window:
     of a window of a million costs a page, not the window."""
 
     def __init__(self, rows: pa.Table, version: np.ndarray, row: np.ndarray,
-                 old: np.ndarray, new: np.ndarray):
+                 old: np.ndarray, new: np.ndarray, key: str = "relative_path",
+                 columns: tuple[str, ...] = ()):
         self.rows, self.version, self.row, self.old, self.new = rows, version, row, old, new
+        self.key, self.columns = key, columns or tuple(c for c in rows.column_names
+                                                       if not c.startswith("_"))
         #: (version, row) packed into one sortable int64 (for searchsorted)
         self.keys = (version.astype(np.int64) << 32) | row.astype(np.int64)
+        self._sizes: np.ndarray | None = None
+        self._key_sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.version)
 
     @staticmethod
-    def key(version: int, row: int) -> int:
+    def key_of(version: int, row: int) -> int:
         return (version << 32) | min(row, 0xFFFFFFFF)
 
     def after(self, version: int, row: int) -> int:
         """The index of the first record after position (version, row)."""
-        return int(np.searchsorted(self.keys, self.key(version, row), side="right"))
+        return int(np.searchsorted(self.keys, self.key_of(version, row), side="right"))
+
+    def sizes(self, old: np.ndarray, new: np.ndarray, keep_old: bool, keep_new: bool
+              ) -> np.ndarray:
+        """Approximate bytes of records (DynamoDB's count: key, kept images)."""
+        if self._sizes is None:
+            self._sizes = row_sizes(self.rows, self.columns)
+            self._key_sizes = row_sizes(self.rows, (self.key,))
+        either = np.where(new >= 0, new, old)
+        total = self._key_sizes[either].copy()
+        if keep_old:
+            total += np.where(old >= 0, self._sizes[np.maximum(old, 0)], 0)
+        if keep_new:
+            total += np.where(new >= 0, self._sizes[np.maximum(new, 0)], 0)
+        return total
 
     def records(self, i: int, j: int, shard: Shard, view_type: str,
                 commit_time: Callable[[int], datetime]) -> list[Record]:
         old, new = self.old[i:j], self.new[i:j]
         if len(old) == 0:
             return []
-        pub = self.rows.select(list(PUBLIC_COLUMNS))
-        olds = pub.take(pa.array(np.maximum(old, 0))).to_pylist()
-        news = pub.take(pa.array(np.maximum(new, 0))).to_pylist()
         keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
         keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
-        out = []
-        times: dict[int, datetime] = {}
+        images = _Images(self, old, new, keep_old, keep_new)
+        events = np.where(new >= 0, np.where(old >= 0, 1, 0), 2).tolist()
+        versions = self.version[i:j].tolist()
+        times = {v: commit_time(v) for v in set(versions)}
+        sizes = self.sizes(old, new, keep_old, keep_new).tolist()
         shard_id = shard.shard_id
-        for k, (version, row, io, jn) in enumerate(zip(
-                self.version[i:j].tolist(), self.row[i:j].tolist(), old.tolist(), new.tolist(),
-                strict=True)):
-            has_old, has_new = io >= 0, jn >= 0
-            event = "MODIFY" if has_old and has_new else ("INSERT" if has_new else "REMOVE")
-            image = news[k] if has_new else olds[k]
-            path = image["relative_path"]
-            o = olds[k] if has_old and keep_old else None
-            n = news[k] if has_new and keep_new else None
-            when = times.get(version)
-            if when is None:
-                when = times[version] = commit_time(version)
-            # the sequence number, inlined (model.sequence_number): this loop is the hot path
-            out.append(Record(f"1{version:019d}{row:010d}", event, {"relative_path": path}, o,
-                              n, version, when, shard_id, _size(path, o, n)))
-        return out
+        return [Record(images, k, _EVENTS[e], v, r, times[v], shard_id, size)
+                for k, (e, v, r, size) in enumerate(zip(events, versions, self.row[i:j].tolist(),
+                                                        sizes, strict=True))]
 
 
-def _shard_cdf(table: DirectoryTable, shard: Shard, after: int, up_to: int) -> pa.Table:
-    if not shard.hash_buckets or shard.hash_buckets == table.layout().buckets:
-        return table.changes(after, up_to, buckets=shard.buckets)
-    # the table was re-bucketed (migrated) after the change log was made
-    cdf = table.changes(after, up_to)
-    keep = [shard.bucket_lo <= bucket_of(p, shard.hash_buckets) < shard.bucket_hi
-            for p in cdf["relative_path"].to_pylist()]
-    return cdf.filter(pa.array(keep, pa.bool_()))
-
-
-def _same(t: pa.Table, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
     """Per pair (a[k], b[k]) of rows: whether every public column is equal (nulls equal)."""
     same = np.ones(len(a), bool)
     ia, ib = pa.array(a), pa.array(b)
-    for col in PUBLIC_COLUMNS:
+    for col in columns:
         x, y = t[col].take(ia), t[col].take(ib)
         eq = pc.fill_null(pc.equal(x, y), False)
         both_null = pc.and_(pc.is_null(x), pc.is_null(y))
@@ -155,25 +202,30 @@ def _same(t: pa.Table, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return same
 
 
-def shard_window(table: DirectoryTable, shard: Shard, after: int, up_to: int) -> Window:
-    """The shard's records of versions (after, up_to], in sequence-number order."""
+def shard_window(source: Any, shard: Shard, after: int, up_to: int) -> Window:
+    """The shard's records of versions (after, up_to], in sequence-number order; `source` is
+    a `shards.sources` source (a bare `DirectoryTable` is read as a volume's)."""
+    if not hasattr(source, "columns"):
+        source = VolumeSource(source)
+    key, columns = source.key, tuple(source.columns)
+    keep = list(dict.fromkeys([*columns, key]))
     empty = np.zeros(0, np.int64)
-    cdf = _shard_cdf(table, shard, after, up_to) if up_to > after else None
+    cdf = source.changes(after, up_to, shard) if up_to > after else None
     if cdf is None or cdf.num_rows == 0:
-        return Window(pa.table({c: [] for c in PUBLIC_COLUMNS}), empty, empty, empty, empty)
-    t = cdf.select([*PUBLIC_COLUMNS, "_commit_version"]).append_column(
+        return Window(pa.table({c: [] for c in keep}), empty, empty, empty, empty, key, columns)
+    t = cdf.select([*keep, "_commit_version"]).append_column(
         "_phase", pc.cast(pc.invert(pc.is_in(cdf["_change_type"], pa.array(list(_OLD)))),
                           pa.int8()))
-    t = t.sort_by([("_commit_version", "ascending"), ("relative_path", "ascending"),
+    t = t.sort_by([("_commit_version", "ascending"), (key, "ascending"),
                    ("_phase", "ascending")])
     n = t.num_rows
     v = t["_commit_version"].to_numpy()
     phase = t["_phase"].to_numpy()
-    paths = t["relative_path"].combine_chunks()
+    keys = t[key].combine_chunks()
     pair = np.zeros(n, bool)
     if n > 1:
-        same_key = (v[:-1] == v[1:]) & pc.equal(paths.slice(0, n - 1), paths.slice(1)
-                                                ).to_numpy(zero_copy_only=False)
+        same_key = (v[:-1] == v[1:]) & pc.fill_null(pc.equal(
+            keys.slice(0, n - 1), keys.slice(1)), False).to_numpy(zero_copy_only=False)
         pair[:-1] = same_key & (phase[:-1] == 0) & (phase[1:] == 1)
     second = np.zeros(n, bool)
     second[1:] = pair[:-1]
@@ -184,17 +236,17 @@ def shard_window(table: DirectoryTable, shard: Shard, after: int, up_to: int) ->
     if is_pair.any():                                  # a no-op rewrite is no record
         idx = np.nonzero(is_pair)[0]
         noop = np.zeros(len(first), bool)
-        noop[idx] = _same(t, first[idx], first[idx] + 1)
+        noop[idx] = _same(t, first[idx], first[idx] + 1, columns)
         first, old, new = first[~noop], old[~noop], new[~noop]
     rv = v[first]
     ar = np.arange(len(rv))
     starts = np.r_[True, rv[1:] != rv[:-1]] if len(rv) else np.zeros(0, bool)
     row = ar - np.maximum.accumulate(np.where(starts, ar, 0)) if len(rv) else empty
-    return Window(t, rv.astype(np.int64), row.astype(np.int64), old, new)
+    return Window(t, rv.astype(np.int64), row.astype(np.int64), old, new, key, columns)
 
 
-def shard_records(table: DirectoryTable, shard: Shard, after: int, up_to: int, view_type: str,
+def shard_records(source: Any, shard: Shard, after: int, up_to: int, view_type: str,
                   commit_time: Callable[[int], datetime]) -> list[Record]:
     """The shard's records of versions (after, up_to], in sequence-number order."""
-    window = shard_window(table, shard, after, up_to)
+    window = shard_window(source, shard, after, up_to)
     return window.records(0, len(window), shard, view_type, commit_time)

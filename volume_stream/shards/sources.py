@@ -1,0 +1,144 @@
+"""What a change log reads: a volume's directory table or a change-tracked warehouse table.
+
+A source names its key column (one key's records stay in one shard, in commit order), its
+public columns (what images carry), its bucket count (shards are ranges of buckets), and gives
+the change data feed of versions (after, up_to] restricted to a shard's buckets:
+
+- `VolumeSource`: key `relative_path`, the directory table's public columns and buckets; the
+  CDF is read bucket-pruned by `DirectoryTable.changes(buckets=...)`.
+- `TableSource`: a SQL table with change tracking on; key its `key` column (default the hidden
+  row id `_vs_row_id`, which UPDATE and MERGE keep), images its visible columns, bucket
+  `crc32(str(key)) % TABLE_BUCKETS` (`directory_table.layout.bucket_of`, as volumes hash
+  paths); the CDF is read whole and filtered to the shard's buckets.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from directory_table import DirectoryTable
+from directory_table.layout import bucket_of
+from directory_table.schema import PUBLIC_COLUMNS
+from volume_stream.errors import InvalidInputError
+from volume_stream.shards.model import Shard
+from volume_stream.tables.store import CDF, ROW_ID, TableStore
+
+__all__ = ["TABLE_BUCKETS", "TableSource", "VolumeSource", "row_sizes"]
+
+#: the hash buckets of a table's change log (its shards are ranges of them)
+TABLE_BUCKETS = 64
+
+
+def _keep(keys: list[Any], shard: Shard, buckets: int) -> pa.Array:
+    return pa.array([shard.bucket_lo <= bucket_of(str(k), buckets) < shard.bucket_hi
+                     for k in keys], pa.bool_())
+
+
+class VolumeSource:
+    """A volume's directory table."""
+
+    kind = "volume"
+    key = "relative_path"
+    columns: tuple[str, ...] = PUBLIC_COLUMNS
+
+    def __init__(self, table: DirectoryTable):
+        self.table = table
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.table.path}/_delta_log"
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return getattr(self.table, "storage_options", None) or {}
+
+    def buckets(self) -> int:
+        return self.table.layout().buckets
+
+    def version(self) -> int:
+        return self.table.version()
+
+    def oldest_version(self) -> int:
+        return self.table.oldest_version()
+
+    def history(self) -> list[dict[str, Any]]:
+        return self.table.history()
+
+    def changes(self, after: int, up_to: int, shard: Shard) -> pa.Table:
+        if not shard.hash_buckets or shard.hash_buckets == self.table.layout().buckets:
+            return self.table.changes(after, up_to, buckets=shard.buckets)
+        # the table was re-bucketed (migrated) after the change log was made
+        cdf = self.table.changes(after, up_to)
+        return cdf.filter(_keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets))
+
+
+class TableSource:
+    """A change-tracked warehouse table of `store`."""
+
+    kind = "table"
+
+    def __init__(self, store: TableStore, name: str, key: str = ROW_ID):
+        self.store, self.name, self.key = store, name, key
+        if not store.change_tracking(name):
+            raise InvalidInputError(
+                f"table {name!r} does not have change tracking on, so it has no change log; "
+                f"run ALTER TABLE {name} SET PROPERTIES ('change_tracking' = 'true')")
+        self.columns = tuple(store.schema(name).names)
+        if key == ROW_ID and not store.has_row_ids(name):
+            raise InvalidInputError(
+                f"table {name!r} was not created by volume-stream (no row ids): give its "
+                f"change log a key column (key=...)")
+        if key != ROW_ID and key not in self.columns:
+            raise InvalidInputError(f"table {name!r} has no column {key!r} to key its change "
+                                    f"log by; columns: {', '.join(self.columns)}")
+        self.log_path = f"{store.path(name)}/_delta_log"
+
+    def buckets(self) -> int:
+        return TABLE_BUCKETS
+
+    def tracked_since(self) -> int:
+        """The version that turned change tracking on (the CDF is readable after it): the
+        last kept `SET TBLPROPERTIES` enabling it, else the oldest kept version."""
+        for h in self.store.open(self.name).history():  # newest first
+            props = (h.get("operationParameters") or {}).get("properties") or ""
+            if h.get("operation") == "SET TBLPROPERTIES" and CDF in props and "true" in props:
+                return int(h["version"])
+        return self.store.oldest_version(self.name)
+
+    def version(self) -> int:
+        return self.store.version(self.name)
+
+    def oldest_version(self) -> int:
+        return self.store.oldest_version(self.name)
+
+    def history(self) -> list[dict[str, Any]]:
+        return [{**h, "version": v, "timestamp": when} for v, when, h in (
+            (h["version"], datetime.fromtimestamp(h["timestamp"] / 1000, UTC), h)
+            for h in self.store.open(self.name).history())]
+
+    def changes(self, after: int, up_to: int, shard: Shard) -> pa.Table:
+        cdf = self.store.changes(self.name, after, up_to)
+        if cdf.num_rows == 0:
+            return cdf
+        buckets = shard.hash_buckets or TABLE_BUCKETS
+        if shard.bucket_lo > 0 or shard.bucket_hi < buckets:
+            cdf = cdf.filter(_keep(cdf[self.key].to_pylist(), shard, buckets))
+        return cdf
+
+
+def row_sizes(rows: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
+    """Approximate bytes of each row's image as DynamoDB counts them: attribute names plus
+    values (strings their UTF-8 length, timestamps 32, other values 8)."""
+    sizes = np.full(rows.num_rows, sum(len(c) for c in columns), np.int64)
+    for c in columns:
+        col = rows[c]
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            sizes += pc.fill_null(pc.utf8_length(col), 0).to_numpy().astype(np.int64)
+        else:
+            sizes += 32 if pa.types.is_timestamp(col.type) else 8
+    return sizes
