@@ -57,7 +57,9 @@ def test_the_example_is_the_seed_and_runs_as_written(catalog, db):
     assert spec["notification"] == {
         "type": "ALICLOUD_MNS", "endpoint": "https://1450476637304722.mns.cn-shanghai.aliyuncs.com",
         "queue_name": "cz-queue-mns-ossevent"}
-    assert spec["options"] == {"endpoint": "oss-cn-shanghai.aliyuncs.com"} and spec["recursive"]
+    assert spec["options"] == {"endpoint": "oss-cn-shanghai.aliyuncs.com",  # the role is assumed
+                               "role_arn": "acs:ram::1450476637304722:role/czvolumestreamrole"}
+    assert spec["recursive"]
     assert results[4].message == ("created stream str_dish_images on vol_dish_images (STANDARD) "
                                   "at version 0")
     assert results[5].message == "INSERT: ok; stream str_dish_images: nothing pending"
