@@ -434,32 +434,21 @@ class DirectoryTable:
 
     def history(self, limit: int | None = None) -> list[dict]:
         """Commits newest first: version, timestamp (UTC datetime), operation, metrics."""
-        out = []
-        for entry in self.delta().history(limit):
-            out.append({
-                "version": entry["version"],
-                "timestamp": self._commit_time(entry),
-                "operation": entry.get("operation"),
-                "metrics": entry.get("operationMetrics", {}),
-            })
-        return out
+        return [{"version": e["version"], "timestamp": self._commit_time(e),
+                 "operation": e.get("operation"), "metrics": e.get("operationMetrics", {})}
+                for e in self.delta().history(limit)]
 
     @staticmethod
     def _commit_time(entry: dict) -> datetime:
         # delta-rs puts custom commit metadata at the top level of commitInfo
         ours = entry.get(_COMMIT_TS_KEY)
-        if ours:
-            return datetime.fromisoformat(ours)
-        return datetime.fromtimestamp(entry["timestamp"] / 1000, UTC)
+        return (datetime.fromisoformat(ours) if ours
+                else datetime.fromtimestamp(entry["timestamp"] / 1000, UTC))
 
     def version_at(self, when: datetime) -> int | None:
         """The last version committed at or before `when`; None if none was."""
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        for entry in self.history():
-            if entry["timestamp"] <= when:
-                return entry["version"]
-        return None
+        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+        return next((e["version"] for e in self.history() if e["timestamp"] <= when), None)
 
     def oldest_version(self) -> int:
         """The oldest version whose commit is still kept (older ones were removed by retention)."""
