@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
+from volume_stream._exit import exit_process
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import export as export_commands
 from volume_stream.cli import run as run_commands
@@ -213,13 +213,18 @@ export_commands.register(app)
 
 
 def main() -> None:
+    """The `volume-stream` command; ends through `exit_process` (see `volume_stream._exit`)."""
     try:
         app()
+        code: int | str | None = 0
+    except SystemExit as exc:
+        code = exc.code
     except VolumeStreamError as exc:
         # one unwrapped line: paths and names stay whole for copy and paste
         err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
                   highlight=False)
-        sys.exit(1)
+        code = 1
+    exit_process(code)
 
 
 if __name__ == "__main__":

@@ -214,13 +214,14 @@ class DeltaSink:
                 if i == len(wanted) or wanted[i] > hi:
                     continue  # no wanted path within this file's [min, max]
             where = f"{base}/{unquote(f['path'])}"
-            keys = pq.read_table(where, filesystem=fs, columns=["relative_path"])
+            keys = pq.read_table(where, filesystem=fs, columns=["relative_path"],
+                                 use_threads=False)
             n_hit = pc.sum(pc.is_in(keys["relative_path"], value_set=value_set)).as_py() or 0
             if not n_hit:
                 continue
             removed += n_hit
             actions.append(RemoveAction(f["path"], True, now, f["size_bytes"], {}))
-            table = pq.read_table(where, filesystem=fs, schema=self.schema)
+            table = pq.read_table(where, filesystem=fs, schema=self.schema, use_threads=False)
             hit = pc.is_in(table["relative_path"], value_set=value_set)
             keep = table.filter(pc.invert(pc.fill_null(hit, False)))
             if keep.num_rows:
