@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,22 +155,29 @@ def _expect(spec: VolumeSpec, notification: Any, cls: type) -> Any:
     return notification
 
 
+# ------------------------------------------------------------------ object stores
+def _store_connectors(module: str, lister: str, reader: str,
+                      options: Callable[[VolumeSpec], dict[str, Any]],
+                      ) -> tuple[Callable[[VolumeSpec], Lister], Callable[[VolumeSpec], ObjectReader]]:
+    """The lister and reader factories of an object store whose connector classes take
+    `(bucket, prefix, **options)` (`connectors.s3`, `connectors.oss`), imported on first use."""
+
+    def cls(name: str) -> type:
+        return getattr(importlib.import_module(module), name)
+
+    def make_lister(spec: VolumeSpec) -> Lister:
+        bucket, prefix = _bucket_prefix(spec)
+        return cls(lister)(bucket, prefix, recursive=spec.recursive,
+                           list_workers=_list_workers(spec, 8), **options(spec))
+
+    def make_reader(spec: VolumeSpec) -> ObjectReader:
+        bucket, prefix = _bucket_prefix(spec)
+        return cls(reader)(bucket, prefix, **options(spec))
+
+    return make_lister, make_reader
+
+
 # ---------------------------------------------------------------------------- S3 + SQS
-def _s3_lister(spec: VolumeSpec) -> Lister:
-    from connectors.s3 import S3Lister
-
-    bucket, prefix = _bucket_prefix(spec)
-    return S3Lister(bucket, prefix, recursive=spec.recursive,
-                    list_workers=_list_workers(spec, 8), **_connector_options(spec))
-
-
-def _s3_reader(spec: VolumeSpec) -> ObjectReader:
-    from connectors.s3 import S3Reader
-
-    bucket, prefix = _bucket_prefix(spec)
-    return S3Reader(bucket, prefix, **_connector_options(spec))
-
-
 def _s3_options() -> frozenset[str]:
     from connectors._aws import ClientOptions
 
@@ -201,19 +209,10 @@ def _oss_options(spec: VolumeSpec) -> dict[str, Any]:
     return options
 
 
-def _oss_lister(spec: VolumeSpec) -> Lister:
-    from connectors.oss import OssLister
-
-    bucket, prefix = _bucket_prefix(spec)
-    return OssLister(bucket, prefix, recursive=spec.recursive,
-                     list_workers=_list_workers(spec, 8), **_oss_options(spec))
-
-
-def _oss_reader(spec: VolumeSpec) -> ObjectReader:
-    from connectors.oss import OssReader
-
-    bucket, prefix = _bucket_prefix(spec)
-    return OssReader(bucket, prefix, **_oss_options(spec))
+_s3_lister, _s3_reader = _store_connectors("connectors.s3", "S3Lister", "S3Reader",
+                                          _connector_options)
+_oss_lister, _oss_reader = _store_connectors("connectors.oss", "OssLister", "OssReader",
+                                            _oss_options)
 
 
 def _oss_known() -> frozenset[str]:
