@@ -43,6 +43,9 @@ def parse_listen(listen: str) -> tuple[str, int]:
 class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
     protocol_version = "HTTP/1.1"
+    #: a response goes out as soon as it is written: with Nagle's algorithm the tail of each
+    #: response waited for the client's delayed ACK (~40 ms a request on loopback)
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)

@@ -377,7 +377,7 @@ class ChangeLog:
                 break
         if cut:
             last = records[-1]
-            nxt: Position = (last.commit_version, int(last.sequence_number[-10:]))
+            nxt: Position = (last.commit_version, last.row)
         else:
             nxt = (a, MAX_ROW) if ran else pos  # every version up to `a` was read whole
         if shard.closed and not cut and nxt[0] >= shard.end_version:
