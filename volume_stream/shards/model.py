@@ -18,6 +18,7 @@ from volume_stream.errors import InvalidInputError
 __all__ = [
     "ITERATOR_KINDS",
     "MAX_ROW",
+    "Keys",
     "VIEW_TYPES",
     "PageColumns",
     "Position",
@@ -110,6 +111,15 @@ class Shard:
             end_version=end, hash_buckets=hash_buckets)
 
 
+class Keys:
+    """The keys of a page's records: one key column's values."""
+
+    __slots__ = ("name", "values")
+
+    def __init__(self, name: str, values: list[Any]):
+        self.name, self.values = name, values
+
+
 class PageColumns:
     """The columns of one page of records, which its `Record`s are views over: plain lists
     (one item per record), the images and keys made by `make_*` on first use (a subclass,
@@ -121,15 +131,15 @@ class PageColumns:
     def __init__(self, sequence_numbers: list[str], event_names: list[str],
                  commit_versions: list[int], rows: list[int],
                  commit_timestamps: list[datetime], shard_id: str, sizes: list[int],
-                 keys: list | None = None, old_images: list | None = None,
+                 keys: Keys | None = None, old_images: list | None = None,
                  new_images: list | None = None):
         self.sequence_numbers, self.event_names = sequence_numbers, event_names
         self.commit_versions, self.rows = commit_versions, rows
         self.commit_timestamps, self.shard_id, self.sizes = commit_timestamps, shard_id, sizes
         self.keys, self.old_images, self.new_images = keys, old_images, new_images
 
-    def make_keys(self) -> list[dict[str, Any]]:
-        return self.keys or []
+    def make_keys(self) -> Keys:
+        return self.keys
 
     def make_old_images(self) -> list[dict[str, Any] | None]:
         return self.old_images or []
@@ -162,9 +172,12 @@ class Record:
         if version != commit_version:
             raise InvalidInputError(f"sequence number {sequence_number} is not of version "
                                     f"{commit_version}")
+        if len(key) != 1:
+            raise InvalidInputError(f"a record's key has one column, not {key!r}")
+        (name, value), = key.items()
         return cls(PageColumns([str(sequence_number)], [event_name], [commit_version], [row],
-                               [commit_timestamp], shard_id, [size_bytes], [key], [old_image],
-                               [new_image]), 0)
+                               [commit_timestamp], shard_id, [size_bytes], Keys(name, [value]),
+                               [old_image], [new_image]), 0)
 
     @property
     def sequence_number(self) -> str:
@@ -197,10 +210,11 @@ class Record:
 
     @property
     def key(self) -> dict[str, Any]:
+        """A new dict {key column: value} each time."""
         keys = self._p.keys
         if keys is None:
             keys = self._p.make_keys()
-        return keys[self._k]
+        return {keys.name: keys.values[self._k]}
 
     @property
     def old_image(self) -> dict[str, Any] | None:

@@ -25,10 +25,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from directory_table.storage import filesystem_for
-from volume_stream.shards.model import PageColumns, Record, Shard, sequence_number
+from volume_stream.shards.model import Keys, PageColumns, Record, Shard, sequence_number
 from volume_stream.shards.sources import VolumeSource, row_sizes
 
-__all__ = ["CommitTimes", "Window", "shard_records", "shard_window"]
+__all__ = ["CommitTimes", "Window", "shard_records", "shard_window", "shard_windows"]
 
 _OLD = frozenset(("delete", "update_preimage"))
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
@@ -88,6 +88,8 @@ def _pylist(col: pa.ChunkedArray | pa.Array) -> list[Any]:
         if tz is not None and lo.is_valid and -_FAST_US < lo.as_py() and hi.as_py() < _FAST_US:
             seconds = pc.divide(pc.cast(ints, pa.float64()), 1e6).to_pylist()
             conv = datetime.fromtimestamp
+            if ints.null_count == 0:
+                return list(map(conv, seconds, repeat(UTC)))
             return [None if x is None else conv(x, UTC) for x in seconds]
         base = _EPOCH if tz else _EPOCH.replace(tzinfo=None)
         return [None if x is None else base + timedelta(microseconds=x)
@@ -145,6 +147,10 @@ class _Page(PageColumns):
         super().__init__(seqs, events, versions, r.tolist(), [times[x] for x in versions],
                          shard.shard_id, sizes.tolist())
 
+    def records(self) -> list[Record]:
+        n = len(self.sequence_numbers)
+        return list(map(Record, repeat(self, n), range(n)))
+
     def _dicts(self, idx: np.ndarray) -> list[dict[str, Any] | None]:
         """The images of rows `idx` (None where -1), converting only the rows that exist."""
         cols = self._window.columns
@@ -173,11 +179,11 @@ class _Page(PageColumns):
                                else [None] * len(self._new))
         return self.new_images
 
-    def make_keys(self) -> list[dict[str, Any]]:
+    def make_keys(self) -> Keys:
         if self.keys is None:
             name = self._window.key
             idx = np.where(self._new >= 0, self._new, self._old)
-            self.keys = [{name: k} for k in _pylist(self._window.rows[name].take(pa.array(idx)))]
+            self.keys = Keys(name, _pylist(self._window.rows[name].take(pa.array(idx))))
         return self.keys
 
 
@@ -225,11 +231,14 @@ class Window:
     def records(self, i: int, j: int, shard: Shard, view_type: str,
                 commit_time: Callable[[int], datetime]) -> list[Record]:
         """Records i to j (views over one `_Page` of their columns)."""
+        page = self.page(i, j, shard, view_type, commit_time)
+        return [] if page is None else page.records()
+
+    def page(self, i: int, j: int, shard: Shard, view_type: str,
+             commit_time: Callable[[int], datetime]) -> _Page | None:
+        """The columns of records i to j (None when there are none)."""
         j = min(j, len(self))
-        if j <= i:
-            return []
-        page = _Page(self, i, j, shard, view_type, commit_time)
-        return list(map(Record, repeat(page, j - i), range(j - i)))
+        return _Page(self, i, j, shard, view_type, commit_time) if j > i else None
 
 
 def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
@@ -247,12 +256,26 @@ def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -
 def shard_window(source: Any, shard: Shard, after: int, up_to: int) -> Window:
     """The shard's records of versions (after, up_to], in sequence-number order; `source` is
     a `shards.sources` source (a bare `DirectoryTable` is read as a volume's)."""
+    return shard_windows(source, [shard], after, up_to)[0]
+
+
+def shard_windows(source: Any, shards: list[Shard], after: int, up_to: int) -> list[Window]:
+    """`shard_window` of each of `shards` (one read of the change data feed when more than
+    one: every bucket's changes, split by shard)."""
     if not hasattr(source, "columns"):
         source = VolumeSource(source)
-    key, columns = source.key, tuple(source.columns)
+    if up_to <= after:
+        cdfs: list[pa.Table | None] = [None] * len(shards)
+    elif len(shards) == 1:
+        cdfs = [source.changes(after, up_to, shards[0])]
+    else:
+        cdfs = list(source.changes_of(after, up_to, shards))
+    return [_window_of(cdf, source.key, tuple(source.columns)) for cdf in cdfs]
+
+
+def _window_of(cdf: pa.Table | None, key: str, columns: tuple[str, ...]) -> Window:
     keep = list(dict.fromkeys([*columns, key]))
     empty = np.zeros(0, np.int64)
-    cdf = source.changes(after, up_to, shard) if up_to > after else None
     if cdf is None or cdf.num_rows == 0:
         return Window(pa.table({c: [] for c in keep}), empty, empty, empty, empty, key, columns)
     t = cdf.select([*keep, "_commit_version"]).append_column(
