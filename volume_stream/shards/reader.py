@@ -83,15 +83,11 @@ def _pylist(col: pa.ChunkedArray | pa.Array) -> list[Any]:
     while the float has sub-microsecond precision, else through a timedelta)."""
     if pa.types.is_timestamp(col.type) and col.type.unit == "us":
         ints = pc.cast(col, pa.int64())
-        tz = UTC if col.type.tz else None
-        lo, hi = pc.min_max(ints).values()
-        if tz is not None and lo.is_valid and -_FAST_US < lo.as_py() and hi.as_py() < _FAST_US:
-            seconds = pc.divide(pc.cast(ints, pa.float64()), 1e6).to_pylist()
-            conv = datetime.fromtimestamp
-            if ints.null_count == 0:
-                return list(map(conv, seconds, repeat(UTC)))
-            return [None if x is None else conv(x, UTC) for x in seconds]
-        base = _EPOCH if tz else _EPOCH.replace(tzinfo=None)
+        if col.type.tz is not None and ints.null_count == 0:
+            us = ints.to_numpy()
+            if len(us) == 0 or (-_FAST_US < us.min() and us.max() < _FAST_US):
+                return list(map(datetime.fromtimestamp, (us / 1e6).tolist(), repeat(UTC)))
+        base = _EPOCH if col.type.tz else _EPOCH.replace(tzinfo=None)
         return [None if x is None else base + timedelta(microseconds=x)
                 for x in ints.to_pylist()]
     return col.to_pylist()
