@@ -156,7 +156,8 @@ class Record:
     (`PageColumns`): sequence numbers, event names and versions are made for the whole page
     at once; `key`, `old_image` and `new_image` are made from Arrow columns, for the whole page,
     the first time a record of the page asks, so a consumer that reads only sequence numbers
-    or event names does not pay for dicts. `Record.of(...)` makes a stand-alone one."""
+    or event names does not pay for dicts (a key or image is a new dict each time it is asked
+    for). `Record.of(...)` makes a stand-alone one."""
 
     __slots__ = ("_k", "_p")
 

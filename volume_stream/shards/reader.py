@@ -8,7 +8,8 @@ Delta shows it as delete + insert — is no change and gives no record, as Dynam
 for a no-op put). Records are ordered by (version, key); the row of a sequence number is the
 record's index in its version. All of it is column-wise (Arrow sort, numpy pairing and
 numbering); a page's `Record`s are views over one `_Page` of columns, which turns Arrow
-columns into key and image dicts only when a record first asks for them.
+columns into Python values only when a record first asks for a key or an image (each look
+makes a new dict of them).
 """
 
 from __future__ import annotations
@@ -79,39 +80,68 @@ _FAST_US = 4_000_000_000_000_000
 
 def _pylist(col: pa.ChunkedArray | pa.Array) -> list[Any]:
     """Python values of a column; timestamps through int64 (pyarrow's own conversion of a
-    zoned timestamp costs ~7 us a value, `fromtimestamp` of the float seconds ~0.4 us, exact
-    while the float has sub-microsecond precision, else through a timedelta)."""
+    zoned timestamp costs ~7 us a value, `fromtimestamp` of the float seconds ~0.3 us, exact
+    while the float has sub-microsecond precision, else through a timedelta), each distinct
+    value converted once."""
     if pa.types.is_timestamp(col.type) and col.type.unit == "us":
         ints = pc.cast(col, pa.int64())
         if col.type.tz is not None and ints.null_count == 0:
             us = ints.to_numpy()
             if len(us) == 0 or (-_FAST_US < us.min() and us.max() < _FAST_US):
-                return list(map(datetime.fromtimestamp, (us / 1e6).tolist(), repeat(UTC)))
+                # each distinct value once (files listed together often share a time)
+                distinct, where = np.unique(us, return_inverse=True)
+                made = np.empty(len(distinct), object)
+                made[:] = list(map(datetime.fromtimestamp, (distinct / 1e6).tolist(),
+                                   repeat(UTC)))
+                return made[where].tolist()
         base = _EPOCH if col.type.tz else _EPOCH.replace(tzinfo=None)
         return [None if x is None else base + timedelta(microseconds=x)
                 for x in ints.to_pylist()]
     return col.to_pylist()
 
 
-_BUILDERS: dict[tuple[str, ...], Callable[..., list[dict[str, Any]]]] = {}
+class _Images:
+    """Images of a page: `images[k]` is a new dict of record k's image (None when it has none)
+    made from the page's column values, so no dict per record is kept for the page's life
+    (fewer objects for the collector); `_image_class` makes a subclass per column set whose
+    `__getitem__` is one dict display."""
+
+    __slots__ = ("cols", "pos")
+
+    def __init__(self, pos: list[int], lists: list[list[Any]]):
+        self.pos, self.cols = pos, lists
+
+    def __len__(self) -> int:
+        return len(self.pos)
 
 
-def _dict_builder(columns: tuple[str, ...]) -> Callable[..., list[dict[str, Any]]]:
-    """`f(*value_lists)`: one dict per row, made by a dict display (twice as fast as
-    `dict(zip(columns, values))`); the column names enter the code only as `repr` literals."""
-    builder = _BUILDERS.get(columns)
-    if builder is None:
+_IMAGE_CLASSES: dict[tuple[str, ...], type[_Images]] = {}
+
+
+def _image_class(columns: tuple[str, ...]) -> type[_Images]:
+    """The `_Images` subclass of `columns` (their names enter the code only as `repr`s)."""
+    cls = _IMAGE_CLASSES.get(columns)
+    if cls is None:
         if len(columns) > 200:
-            def builder(*lists: list) -> list[dict[str, Any]]:
-                return [dict(zip(columns, v, strict=True)) for v in zip(*lists, strict=True)]
+            def getitem(self: _Images, k: int) -> dict[str, Any] | None:
+                p = self.pos[k]
+                return None if p < 0 else {c: v[p] for c, v in zip(columns, self.cols,
+                                                                   strict=True)}
         else:
             names = [f"_{i}" for i in range(len(columns))]
-            body = ", ".join(f"{c!r}: {n}" for c, n in zip(columns, names, strict=True))
-            code = (f"lambda *lists: [{{{body}}} for {', '.join(names)}, in "
-                    f"zip(*lists, strict=True)]")
-            builder = eval(code, {"zip": zip})  # noqa: S307 (names are repr literals)
-        _BUILDERS[columns] = builder
-    return builder
+            body = ", ".join(f"{c!r}: {n}[p]" for c, n in zip(columns, names, strict=True))
+            code = (f"def getitem(self, k):\n"
+                    f"    p = self.pos[k]\n"
+                    f"    if p < 0:\n"
+                    f"        return None\n"
+                    f"    {', '.join(names)}, = self.cols\n"
+                    f"    return {{{body}}}\n")
+            scope: dict[str, Any] = {}
+            exec(code, scope)  # noqa: S102 (column names are repr literals)
+            getitem = scope["getitem"]
+        cls = type("_Images", (_Images,), {"__slots__": (), "__getitem__": getitem})
+        _IMAGE_CLASSES[columns] = cls
+    return cls
 
 
 #: event name by code (0 INSERT, 1 MODIFY, 2 REMOVE), as an object array for one `take`
@@ -147,32 +177,25 @@ class _Page(PageColumns):
         n = len(self.sequence_numbers)
         return list(map(Record, repeat(self, n), range(n)))
 
-    def _dicts(self, idx: np.ndarray) -> list[dict[str, Any] | None]:
+    def _images(self, idx: np.ndarray, keep: bool) -> _Images | list[None]:
         """The images of rows `idx` (None where -1), converting only the rows that exist."""
+        if not keep:
+            return [None] * len(idx)
         cols = self._window.columns
-        build = _dict_builder(cols)
-        valid = np.nonzero(idx >= 0)[0]
-        if len(valid) == len(idx):
-            taken = self._window.rows.select(list(cols)).take(pa.array(idx))
-            return build(*[_pylist(taken[c]) for c in cols])
-        out: list[dict[str, Any] | None] = [None] * len(idx)
-        if len(valid):
-            taken = self._window.rows.select(list(cols)).take(pa.array(idx[valid]))
-            for pos, image in zip(valid.tolist(), build(*[_pylist(taken[c]) for c in cols]),
-                                  strict=True):
-                out[pos] = image
-        return out
+        valid = idx >= 0
+        where = np.nonzero(valid)[0]
+        taken = self._window.rows.select(list(cols)).take(pa.array(idx[where]))
+        pos = np.where(valid, np.cumsum(valid) - 1, -1)
+        return _image_class(cols)(pos.tolist(), [_pylist(taken[c]) for c in cols])
 
-    def make_old_images(self) -> list[dict[str, Any] | None]:
+    def make_old_images(self) -> _Images | list[None]:
         if self.old_images is None:
-            self.old_images = (self._dicts(self._old) if self._keep_old
-                               else [None] * len(self._old))
+            self.old_images = self._images(self._old, self._keep_old)
         return self.old_images
 
-    def make_new_images(self) -> list[dict[str, Any] | None]:
+    def make_new_images(self) -> _Images | list[None]:
         if self.new_images is None:
-            self.new_images = (self._dicts(self._new) if self._keep_new
-                               else [None] * len(self._new))
+            self.new_images = self._images(self._new, self._keep_new)
         return self.new_images
 
     def make_keys(self) -> Keys:
