@@ -18,7 +18,7 @@ from directory_table import DirectoryTable
 from directory_table.layout import bucket_of
 from volume_stream.serve.records_json import records_json, typed
 from volume_stream.shards import log as log_module
-from volume_stream.shards.model import Record
+from volume_stream.shards.model import Record, sequence_number
 from volume_stream.shards.reader import _pylist
 
 
@@ -74,6 +74,10 @@ def test_siblings_share_one_read_and_keep_their_own_keys(cat, data_dir, ev, read
         records = per_shard[shard.shard_id]
         assert records and _in_shard(records, shard, buckets)
         assert all(r.shard_id == shard.shard_id for r in records)
+        assert all(r.sequence_number == sequence_number(r.commit_version, r.row)
+                   for r in records)
+        seqs = [r.sequence_number for r in records]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert sorted(r.key["relative_path"] for rs in per_shard.values() for r in rs) == sorted(paths)
     # the same as a reader that reads each shard on its own
     for shard in log.shards():

@@ -38,6 +38,8 @@ _EVENTS = ("INSERT", "MODIFY", "REMOVE")
 #: versions below this pack with the row into one int64 (version * 10**10 + row)
 _ROW_SCALE = 10_000_000_000
 _MAX_PACKED_VERSION = (2**63 - 1) // _ROW_SCALE - 1
+#: a sequence number is the decimal of 10**29 + version * 10**10 + row (`model.sequence_number`)
+_SEQ_BASE = 10**29
 
 
 class CommitTimes:
@@ -164,7 +166,7 @@ class _Page(PageColumns):
         v, r = window.version[i:j], window.row[i:j]
         versions = v.tolist()
         if len(v) and int(v.max()) < _MAX_PACKED_VERSION:  # "1" + 19 + 10 digits at once
-            seqs = list(map("1%029d".__mod__, (v * _ROW_SCALE + r).tolist()))
+            seqs = list(map(str, map(_SEQ_BASE.__add__, (v * _ROW_SCALE + r).tolist())))
         else:
             seqs = [sequence_number(a, b) for a, b in zip(versions, r.tolist(), strict=True)]
         times = {x: commit_time(x) for x in set(versions)}
