@@ -4,7 +4,9 @@ and the endpoint's JSON written straight from the records."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -130,6 +132,8 @@ def test_read_ahead_stops_once_left_unused(cat, data_dir, ev, reads, monkeypatch
     fresh._share = False
     assert got_a == drain(fresh, a.shard_id) and got_b == drain(fresh, b.shard_id)
     assert len(got_a) + len(got_b) == 48
+    copied = pickle.loads(pickle.dumps(got_a))     # views pickle as stand-alone records
+    assert copied == got_a and copied[0].new_image == got_a[0].new_image
 
 
 _MIN_US = int((datetime(1, 1, 2, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC))
@@ -180,4 +184,6 @@ def test_endpoint_json_is_the_typed_document():
     assert ddb["SequenceNumber"] == records[0].sequence_number and ddb["SizeBytes"] == 120
     assert "NewImage" not in second["dynamodb"] and second["dynamodb"]["SizeBytes"] == 1
     assert first["eventID"] != second["eventID"]
+    for r in records:                              # stand-alone copies, equal
+        assert pickle.loads(pickle.dumps(r)) == r and copy.deepcopy(r) == r
     assert "NextShardIterator" not in json.loads(records_json([], "KEYS_ONLY", "r", None))

@@ -285,6 +285,7 @@ class ChangeLog:
                 siblings = self._siblings(shard, a, b, oldest)
                 if siblings and self._ahead:
                     self._share = False
+                    self._ahead.clear()  # those readers do not move together either
                 elif siblings:
                     group += siblings
             windows = shard_windows(self.source, group, a, b)

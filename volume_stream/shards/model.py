@@ -239,6 +239,10 @@ class Record:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Record) and self._values() == other._values()
 
+    def __reduce__(self) -> tuple:
+        # pickled (or copied) as a stand-alone record of its values, not with its page
+        return (Record.of, self._values())
+
     def __hash__(self) -> int:
         return hash((self.shard_id, self.sequence_number))
 
