@@ -12,13 +12,11 @@ are typed attribute maps (`{"S": ...}`, numbers `{"N": "..."}`).
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import json
 import re
 import threading
 import time
-from datetime import date, datetime
-from decimal import Decimal
+from datetime import datetime
 from typing import Any
 
 from volume_stream.errors import (
@@ -28,7 +26,8 @@ from volume_stream.errors import (
     TrimmedDataError,
     VolumeStreamError,
 )
-from volume_stream.shards import ChangeLog, Record, list_change_logs
+from volume_stream.serve.records_json import records_json
+from volume_stream.shards import ChangeLog, list_change_logs
 from volume_stream.shards.iterators import IteratorSigner
 from volume_stream.shards.log import DEFAULT_ACCOUNT, DEFAULT_REGION, MAX_BYTES, owner_id
 
@@ -47,34 +46,6 @@ class ApiError(Exception):
 
     def document(self) -> dict[str, str]:
         return {"__type": _ERROR_NS + self.code, "message": str(self)}
-
-
-def _typed(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"BOOL": value}
-    if isinstance(value, int | float | Decimal):
-        return {"N": str(value)}
-    if isinstance(value, datetime | date):
-        return {"S": value.isoformat()}
-    if isinstance(value, bytes):
-        return {"B": base64.b64encode(value).decode()}
-    if isinstance(value, list):
-        return {"L": [_typed(v) if v is not None else {"NULL": True} for v in value]}
-    if isinstance(value, dict):
-        return {"M": _image(value)}
-    return {"S": str(value)}
-
-
-#: the typed form by the value's exact type (one lookup instead of isinstance checks; the hot
-#: path of GetRecords); other types fall back to `_typed`
-_BY_TYPE: dict[type, Any] = {
-    str: lambda v: {"S": v}, int: lambda v: {"N": str(v)}, float: lambda v: {"N": str(v)},
-    bool: lambda v: {"BOOL": v}, datetime: lambda v: {"S": v.isoformat()}}
-
-
-def _image(image: dict[str, Any]) -> dict[str, Any]:
-    get = _BY_TYPE.get
-    return {k: (get(type(v)) or _typed)(v) for k, v in image.items() if v is not None}
 
 
 def _limit(body: dict[str, Any], top: int) -> int:
@@ -107,6 +78,17 @@ class StreamsApi:
 
     # ------------------------------------------------------------------ dispatch
     def call(self, operation: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, response document)."""
+        status, doc = self._dispatch(operation, body)
+        return status, json.loads(doc) if isinstance(doc, bytes) else doc
+
+    def call_json(self, operation: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        """(HTTP status, response document as JSON): what the server sends."""
+        status, doc = self._dispatch(operation, body)
+        return status, doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+
+    def _dispatch(self, operation: str, body: dict[str, Any]
+                  ) -> tuple[int, dict[str, Any] | bytes]:
         try:
             if operation not in OPERATIONS:
                 raise ApiError("UnknownOperationException", f"unknown operation {operation!r}")
@@ -217,7 +199,7 @@ class StreamsApi:
                            f"Shard does not exist ({exc})") from exc
         return {"ShardIterator": token}
 
-    def _GetRecords(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _GetRecords(self, body: dict[str, Any]) -> bytes:
         token = _required(body, "ShardIterator")
         limit = _limit(body, 1000)
         payload = self._signer.verify(token, time.time())  # a forged one names nothing
@@ -226,21 +208,4 @@ class StreamsApi:
         except NotFoundError as exc:
             raise ExpiredIteratorError(f"the change log of this iterator is gone: {exc}") from exc
         page = log.get_records(token, limit, max_bytes=MAX_BYTES)
-        out: dict[str, Any] = {"Records": [self._record(log, r) for r in page.records]}
-        if page.next_iterator:
-            out["NextShardIterator"] = page.next_iterator
-        return out
-
-    def _record(self, log: ChangeLog, r: Record) -> dict[str, Any]:
-        seq = r.sequence_number
-        ddb: dict[str, Any] = {
-            "ApproximateCreationDateTime": int(r.commit_timestamp.timestamp()),
-            "Keys": _image(r.key), "SequenceNumber": seq,
-            "SizeBytes": max(1, r.size_bytes), "StreamViewType": log.view_type}
-        if r.new_image is not None:
-            ddb["NewImage"] = _image(r.new_image)
-        if r.old_image is not None:
-            ddb["OldImage"] = _image(r.old_image)
-        event_id = hashlib.sha256(f"{r.shard_id}/{seq}".encode()).hexdigest()[:32]
-        return {"eventID": event_id, "eventName": r.event_name, "eventVersion": "1.1",
-                "eventSource": "aws:dynamodb", "awsRegion": self.region, "dynamodb": ddb}
+        return records_json(page.records, log.view_type, self.region, page.next_iterator)

@@ -18,8 +18,10 @@ warehouse catalog (`shards.meta`), the records come from the directory table
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 from typing import Any
 
 from volume_stream.errors import (
@@ -40,7 +42,7 @@ from volume_stream.shards.model import (
     Shard,
     parse_sequence_number,
 )
-from volume_stream.shards.reader import CommitTimes, Window, shard_window
+from volume_stream.shards.reader import CommitTimes, Window, shard_windows
 from volume_stream.shards.sources import TableSource, VolumeSource
 from volume_stream.tables.store import ROW_ID
 
@@ -54,6 +56,8 @@ MAX_BYTES = 1024 * 1024
 #: versions per read window (on a fixed grid, so pages of one window share its cached read)
 WINDOW = 64
 _WINDOWS_CACHED = 4
+#: at most this many shards read together (`ChangeLog._window`)
+_MAX_GROUP = 16
 #: how long the records of a table's closed change log stay readable
 TABLE_RETENTION_DAYS = 7.0
 
@@ -196,6 +200,9 @@ class ChangeLog:
         self._signer = IteratorSigner(catalog.warehouse.location)
         self._times = CommitTimes(self.source)
         self._windows: dict[tuple[str, int, int], Window] = {}
+        #: windows read for a shard's siblings along with its own (`_window`)
+        self._ahead: dict[tuple[str, int, int], Window] = {}
+        self._share = True
         #: {shard id: (shard, last version known)}: what `_state` read, reused until a
         #: reader has caught up with it (consistent: the version was read before the catalog)
         self._known: dict[str, tuple[Shard, int]] = {}
@@ -258,17 +265,56 @@ class ChangeLog:
         shard = self._shard(shard_id)
         return shard, shard.end_version if shard.closed else latest
 
-    def _window(self, shard: Shard, a: int, b: int) -> Window:
+    def _window(self, shard: Shard, a: int, b: int, oldest: int) -> Window:
         """The shard's records of versions (a, b] and their sequence numbers, cached (a few
-        windows): consecutive pages of one window read its change data feed once."""
+        windows): consecutive pages of one window read its change data feed once.
+
+        A miss reads the range for the shard's siblings too (one read of every bucket, split
+        by shard: `_siblings`), kept aside for when their readers ask, as a consumer reading
+        every shard does; once a miss finds read-ahead windows still unused (the readers do not
+        move together), this change log reads one shard at a time from then on."""
         key = (shard.shard_id, a, b)
         hit = self._windows.pop(key, None)
         if hit is None:
-            hit = shard_window(self.source, shard, a, b)
+            hit = self._ahead.pop(key, None)
+        if hit is None:
+            for k in [k for k in self._ahead if k[0] == shard.shard_id]:
+                del self._ahead[k]  # read ahead for an older range of this shard: stale
+            group = [shard]
+            if self._share:
+                siblings = self._siblings(shard, a, b, oldest)
+                if siblings and self._ahead:
+                    self._share = False
+                    self._ahead.clear()  # those readers do not move together either
+                elif siblings:
+                    group += siblings
+            windows = shard_windows(self.source, group, a, b)
+            hit = windows[0]
+            self._ahead.update(((s.shard_id, a, b), w)
+                               for s, w in zip(group[1:], windows[1:], strict=True))
         self._windows[key] = hit
         while len(self._windows) > _WINDOWS_CACHED:
             self._windows.pop(next(iter(self._windows)))
         return hit
+
+    def _siblings(self, shard: Shard, a: int, b: int, oldest: int) -> list[Shard]:
+        """The other shards whose reader will ask for the same range (a, b]: on the same grid
+        step (started at `a`, or before it when `a` is on the grid or the oldest version), and
+        ending the range where this one does (closed at `b` or later than the grid step's
+        end, or open like this one)."""
+        out = []
+        for m in self.stream["shards"]:
+            start, end = m["start_version"], m["end_version"]
+            if m["id"] == shard.shard_id or start > a or (
+                    start < a and a % WINDOW and a != oldest):
+                continue
+            if end is None:
+                same_end = not shard.closed or b == a + WINDOW
+            else:
+                same_end = min(end, a + WINDOW) == b
+            if same_end:
+                out.append(Shard.from_meta(m, self.meta["buckets"]))
+        return out if len(out) < _MAX_GROUP else []
 
     def _shard(self, shard_id: str) -> Shard:
         for s in self.stream["shards"]:
@@ -355,29 +401,31 @@ class ChangeLog:
             self._check_kept(pos, oldest, shard.shard_id)
             hi = max(hi, shard.start_version)
             records: list[Record] = []
+            sizes: list[int] = []
             a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
             ran = False
             while a < hi and len(records) <= limit:
                 ran = True
                 g = max(a - a % WINDOW, shard.start_version, oldest)  # windows on a fixed grid
                 b = min(hi, g + WINDOW)
-                window = self._window(shard, g, b)
+                window = self._window(shard, g, b, oldest)
                 i = window.after(*pos)
-                records += window.records(i, i + limit + 1 - len(records), shard,
-                                          self.view_type, self._times)
+                page = window.page(i, i + limit + 1 - len(records), shard, self.view_type,
+                                   self._times)
+                if page is not None:
+                    records += page.records()
+                    sizes += page.sizes
                 a = b
         cut = False
         if len(records) > limit:
             records, cut = records[:limit], True
-        total = 0
-        for i, r in enumerate(records):
-            total += r.size_bytes
-            if total > max_bytes and i > 0:
-                records, cut = records[:i], True
-                break
+        # the records up to the first whose running size passes max_bytes (at least one)
+        fit = max(1, bisect_right(list(accumulate(sizes[:len(records)])), max_bytes))
+        if fit < len(records):
+            records, cut = records[:fit], True
         if cut:
             last = records[-1]
-            nxt: Position = (last.commit_version, int(last.sequence_number[-10:]))
+            nxt: Position = (last.commit_version, last.row)
         else:
             nxt = (a, MAX_ROW) if ran else pos  # every version up to `a` was read whole
         if shard.closed and not cut and nxt[0] >= shard.end_version:

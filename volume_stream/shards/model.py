@@ -18,7 +18,9 @@ from volume_stream.errors import InvalidInputError
 __all__ = [
     "ITERATOR_KINDS",
     "MAX_ROW",
+    "Keys",
     "VIEW_TYPES",
+    "PageColumns",
     "Position",
     "Record",
     "RecordsPage",
@@ -109,24 +111,58 @@ class Shard:
             end_version=end, hash_buckets=hash_buckets)
 
 
+class Keys:
+    """The keys of a page's records: one key column's values."""
+
+    __slots__ = ("name", "values")
+
+    def __init__(self, name: str, values: list[Any]):
+        self.name, self.values = name, values
+
+
+class PageColumns:
+    """The columns of one page of records, which its `Record`s are views over: plain lists
+    (one item per record), the images and keys made by `make_*` on first use (a subclass,
+    `shards.reader`, builds them from Arrow columns then; here they are given)."""
+
+    __slots__ = ("commit_timestamps", "commit_versions", "event_names", "keys", "new_images",
+                 "old_images", "rows", "sequence_numbers", "shard_id", "sizes")
+
+    def __init__(self, sequence_numbers: list[str], event_names: list[str],
+                 commit_versions: list[int], rows: list[int],
+                 commit_timestamps: list[datetime], shard_id: str, sizes: list[int],
+                 keys: Keys | None = None, old_images: list | None = None,
+                 new_images: list | None = None):
+        self.sequence_numbers, self.event_names = sequence_numbers, event_names
+        self.commit_versions, self.rows = commit_versions, rows
+        self.commit_timestamps, self.shard_id, self.sizes = commit_timestamps, shard_id, sizes
+        self.keys, self.old_images, self.new_images = keys, old_images, new_images
+
+    def make_keys(self) -> Keys:
+        return self.keys
+
+    def make_old_images(self) -> list[dict[str, Any] | None]:
+        return self.old_images or []
+
+    def make_new_images(self) -> list[dict[str, Any] | None]:
+        return self.new_images or []
+
+
 class Record:
     """One change of one key: INSERT (new_image), MODIFY (both), REMOVE (old_image); the images
     the change log's view type keeps, the others None.
 
-    Records of one page share their images' columns (`shards.reader`): `key`, `old_image`
-    and `new_image` are made from Arrow columns the first time a record of the page asks, so
-    a consumer that reads only sequence numbers or event names does not pay for dicts.
-    `Record.of(...)` makes a stand-alone one from plain values."""
+    A record is a view (`__slots__`: its page and index) over the columns of its page
+    (`PageColumns`): sequence numbers, event names and versions are made for the whole page
+    at once; `key`, `old_image` and `new_image` are made from Arrow columns, for the whole page,
+    the first time a record of the page asks, so a consumer that reads only sequence numbers
+    or event names does not pay for dicts (a key or image is a new dict each time it is asked
+    for). `Record.of(...)` makes a stand-alone one."""
 
-    __slots__ = ("_images", "_k", "commit_timestamp", "commit_version", "event_name",
-                 "row", "shard_id", "size_bytes")
+    __slots__ = ("_k", "_p")
 
-    def __init__(self, images: Any, k: int, event_name: str, commit_version: int, row: int,
-                 commit_timestamp: datetime, shard_id: str, size_bytes: int = 0):
-        self._images, self._k = images, k
-        self.event_name, self.commit_version, self.row = event_name, commit_version, row
-        self.commit_timestamp, self.shard_id, self.size_bytes = (commit_timestamp, shard_id,
-                                                                 size_bytes)
+    def __init__(self, page: PageColumns, k: int):
+        self._p, self._k = page, k
 
     @classmethod
     def of(cls, sequence_number: str, event_name: str, key: dict[str, Any],
@@ -137,24 +173,63 @@ class Record:
         if version != commit_version:
             raise InvalidInputError(f"sequence number {sequence_number} is not of version "
                                     f"{commit_version}")
-        return cls(_Fixed([key], [old_image], [new_image]), 0, event_name, commit_version, row,
-                   commit_timestamp, shard_id, size_bytes)
+        if len(key) != 1:
+            raise InvalidInputError(f"a record's key has one column, not {key!r}")
+        (name, value), = key.items()
+        return cls(PageColumns([str(sequence_number)], [event_name], [commit_version], [row],
+                               [commit_timestamp], shard_id, [size_bytes], Keys(name, [value]),
+                               [old_image], [new_image]), 0)
 
     @property
     def sequence_number(self) -> str:
-        return f"1{self.commit_version:0{_VERSION_DIGITS}d}{self.row:0{_ROW_DIGITS}d}"
+        return self._p.sequence_numbers[self._k]
+
+    @property
+    def event_name(self) -> str:
+        return self._p.event_names[self._k]
+
+    @property
+    def commit_version(self) -> int:
+        return self._p.commit_versions[self._k]
+
+    @property
+    def row(self) -> int:
+        """The record's index among its shard's records of its version."""
+        return self._p.rows[self._k]
+
+    @property
+    def commit_timestamp(self) -> datetime:
+        return self._p.commit_timestamps[self._k]
+
+    @property
+    def shard_id(self) -> str:
+        return self._p.shard_id
+
+    @property
+    def size_bytes(self) -> int:
+        return self._p.sizes[self._k]
 
     @property
     def key(self) -> dict[str, Any]:
-        return self._images.key(self._k)
+        """A new dict {key column: value} each time."""
+        keys = self._p.keys
+        if keys is None:
+            keys = self._p.make_keys()
+        return {keys.name: keys.values[self._k]}
 
     @property
     def old_image(self) -> dict[str, Any] | None:
-        return self._images.old(self._k)
+        images = self._p.old_images
+        if images is None:
+            images = self._p.make_old_images()
+        return images[self._k]
 
     @property
     def new_image(self) -> dict[str, Any] | None:
-        return self._images.new(self._k)
+        images = self._p.new_images
+        if images is None:
+            images = self._p.make_new_images()
+        return images[self._k]
 
     def _values(self) -> tuple:
         return (self.sequence_number, self.event_name, self.key, self.old_image,
@@ -164,8 +239,12 @@ class Record:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Record) and self._values() == other._values()
 
+    def __reduce__(self) -> tuple:
+        # pickled (or copied) as a stand-alone record of its values, not with its page
+        return (Record.of, self._values())
+
     def __hash__(self) -> int:
-        return hash((self.shard_id, self.commit_version, self.row))
+        return hash((self.shard_id, self.sequence_number))
 
     def __repr__(self) -> str:
         return (f"Record(sequence_number={self.sequence_number!r}, "
@@ -173,13 +252,6 @@ class Record:
                 f"old_image={self.old_image!r}, new_image={self.new_image!r}, "
                 f"commit_version={self.commit_version!r}, "
                 f"commit_timestamp={self.commit_timestamp!r}, shard_id={self.shard_id!r})")
-
-
-class _Fixed:
-    """Images given as plain values (`Record.of`)."""
-
-    def __init__(self, keys: list, olds: list, news: list):
-        self.key, self.old, self.new = keys.__getitem__, olds.__getitem__, news.__getitem__
 
 
 @dataclass(frozen=True)

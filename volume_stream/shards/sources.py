@@ -76,6 +76,21 @@ class VolumeSource:
         cdf = self.table.changes(after, up_to)
         return cdf.filter(_keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets))
 
+    def changes_of(self, after: int, up_to: int, shards: list[Shard]) -> list[pa.Table]:
+        """`changes(after, up_to, s)` of each shard, from one read of every bucket."""
+        cdf = self.table.changes(after, up_to)
+        buckets = self.table.layout().buckets
+        out = []
+        for shard in shards:
+            if not shard.hash_buckets or shard.hash_buckets == buckets:
+                b = cdf["_bucket"]
+                mask = pc.and_(pc.greater_equal(b, shard.bucket_lo),
+                               pc.less(b, shard.bucket_hi))
+            else:
+                mask = _keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets)
+            out.append(cdf.filter(mask))
+        return out
+
 
 class TableSource:
     """A change-tracked warehouse table of `store`."""
@@ -122,13 +137,26 @@ class TableSource:
             for h in self.store.open(self.name).history())]
 
     def changes(self, after: int, up_to: int, shard: Shard) -> pa.Table:
+        return self.changes_of(after, up_to, [shard])[0]
+
+    def changes_of(self, after: int, up_to: int, shards: list[Shard]) -> list[pa.Table]:
+        """`changes(after, up_to, s)` of each shard, from one read (the keys hashed once)."""
         cdf = self.store.changes(self.name, after, up_to)
         if cdf.num_rows == 0:
-            return cdf
-        buckets = shard.hash_buckets or TABLE_BUCKETS
-        if shard.bucket_lo > 0 or shard.bucket_hi < buckets:
-            cdf = cdf.filter(_keep(cdf[self.key].to_pylist(), shard, buckets))
-        return cdf
+            return [cdf for _ in shards]
+        hashed: dict[int, np.ndarray] = {}
+        out = []
+        for shard in shards:
+            n = shard.hash_buckets or TABLE_BUCKETS
+            if shard.bucket_lo <= 0 and shard.bucket_hi >= n:
+                out.append(cdf)
+                continue
+            if n not in hashed:
+                hashed[n] = np.array([bucket_of(str(k), n) for k in cdf[self.key].to_pylist()],
+                                     np.int64)
+            b = hashed[n]
+            out.append(cdf.filter(pa.array((b >= shard.bucket_lo) & (b < shard.bucket_hi))))
+        return out
 
 
 def row_sizes(rows: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
