@@ -415,7 +415,8 @@ class Catalog:
 
     def export_changes(self, volume: str, *, out: str | os.PathLike, **options: Any
                        ) -> ExportResult:
-        """DataX-style export of the changes committed in [start_ms, end_ms) (or `date`,
+        """DataX-style export of the changes of a volume (or a change-tracked SQL table)
+        committed in [start_ms, end_ms) (or `date`,
         yyyyMMdd UTC) to `out`; options: `format` (parquet, csv, delta), `status_table`,
         `export_sequence_info`, `max_retries`, `parallelism`, `mbps`
         (`volume_stream.shards.export`)."""

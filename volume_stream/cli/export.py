@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("export")
     def export(
-        name: Annotated[str | None, typer.Argument(help="The volume.")] = None,
+        name: Annotated[str | None, typer.Argument(
+            help="The volume, or a SQL table with change tracking on.")] = None,
         start_ms: Annotated[int | None, typer.Option(help="Range start (ms, included).")] = None,
         end_ms: Annotated[int | None, typer.Option(help="Range end (ms, excluded).")] = None,
         date: Annotated[str | None, typer.Option(help="A UTC day, yyyyMMdd.")] = None,

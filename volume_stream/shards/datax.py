@@ -9,16 +9,16 @@ template. Either form is read:
     {"job": {"content": [{"reader": {"name": "otsstream", ...}, "writer": {...}}],
              "setting": {...}}}
 
-Reader parameters: `dataTable` (the volume), `statusTable`, `startTimestampMillis` and
+Reader parameters: `dataTable` (the volume or change-tracked table), `statusTable`, `startTimestampMillis` and
 `endTimestampMillis` or `date` (yyyyMMdd), `isExportSequenceInfo`, `maxRetries`. Writer
 parameters: `path` and `format` (or `fileType`: parquet, csv/text, delta). `speed.concurrent`
 is the parallelism (shards exported at once), `speed.mbps` a bandwidth cap on written bytes.
 
 `errorLimit` (DataX's tolerance of dirty records: records the writer could not write, which
 DataX skips and counts until the limit fails the job) accepts only `record: 0` and
-`percentage: 0`. No change record of a volume can be dirty here: every record comes from the
-directory table's fixed typed schema and becomes text rows every writer format (Parquet, CSV,
-Delta) holds, so nothing is ever skipped, and a write that fails fails the run (its windows are
+`percentage: 0`. No change record can be dirty here: every record comes from a typed schema
+of scalar columns (a directory table's, or a SQL table's) and becomes text rows every writer
+format (Parquet, CSV, Delta) holds, so nothing is ever skipped, and a write that fails fails the run (its windows are
 retried and resumed, never dropped). A nonzero limit asks for skipping that cannot happen; it is
 refused rather than silently meaning nothing.
 """

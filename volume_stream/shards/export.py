@@ -1,4 +1,5 @@
-"""DataX-style export of a volume's change log (the OTSStream Reader's contract).
+"""DataX-style export of a change log (the OTSStream Reader's contract): a volume's, or a
+change-tracked SQL table's (its key column in place of `relative_path`).
 
     cat.export_changes("landing", start_ms=A, end_ms=B, out="/exports/landing",
                        format="parquet", status_table="landing_export")
@@ -23,6 +24,7 @@ shard (`engine="spark"`); storage errors (OSError, Delta errors) are retried up 
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import threading
@@ -43,7 +45,6 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from connectors.errors import is_transient
-from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream.errors import (
     InvalidInputError,
     SourceError,
@@ -51,9 +52,11 @@ from volume_stream.errors import (
     WarehouseError,
     converted,
 )
-from volume_stream.shards.log import ChangeLog, list_change_logs
+from volume_stream.shards.log import ChangeLog, Target, list_change_logs
 from volume_stream.shards.model import Shard
 from volume_stream.shards.reader import CommitTimes, Window, shard_window
+from volume_stream.shards.sources import VolumeSource
+from volume_stream.tables.store import ROW_ID, TableStore
 from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.warehouse import Warehouse, check_name
 
@@ -65,14 +68,17 @@ FORMATS = ("parquet", "csv", "delta")
 WINDOW = 64
 #: Test hook: SIGKILL this process once this many windows have been written (not recorded)
 CRASH_ENV = "VOLUME_STREAM_TEST_EXPORT_CRASH_AFTER"
-_VALUE_COLUMNS = [c for c in PUBLIC_COLUMNS if c != "relative_path"]
 _STATUS_SCHEMA = pa.schema([
     ("range_key", pa.string()), ("shard_id", pa.string()), ("window_end", pa.int64()),
     ("done", pa.bool_()), ("rows", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC"))])
 
 
-def _schema(sequence_info: bool) -> pa.Schema:
-    fields = [("relative_path", pa.string()), ("column_name", pa.string()),
+#: the key column of a volume's export rows
+VOLUME_KEY = pa.field("relative_path", pa.string())
+
+
+def _schema(sequence_info: bool, key: pa.Field = VOLUME_KEY) -> pa.Schema:
+    fields = [(key.name, key.type), ("column_name", pa.string()),
               ("version", pa.int64()), ("column_value", pa.string()), ("op_type", pa.string())]
     return pa.schema(fields + ([("sequence_info", pa.string())] if sequence_info else []))
 
@@ -121,18 +127,25 @@ def _ms(when: datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _text(col: pa.ChunkedArray) -> pa.ChunkedArray:
+def _text(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """A column's values as DataX text: timestamps ISO 8601 (with the offset when zoned),
+    binary as Base64 (as DataX writes OTS binary columns), everything else Arrow's cast."""
     if pa.types.is_timestamp(col.type):
-        return pc.strftime(col, format="%Y-%m-%dT%H:%M:%S%z")
+        zoned = col.type.tz is not None
+        return pc.strftime(col, format="%Y-%m-%dT%H:%M:%S" + ("%z" if zoned else ""))
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        return pa.array([None if v is None else base64.b64encode(v).decode("ascii")
+                         for v in col.to_pylist()], pa.string())
     return pc.cast(col, pa.string())
 
 
 def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
-                sequence_info: bool) -> tuple[pa.Table, int]:
+                sequence_info: bool, key: pa.Field = VOLUME_KEY) -> tuple[pa.Table, int]:
     """(the DataX rows, the number of records) of a window's records committed in [a, b),
     built column-wise: per record a `DR` row if it had an old image (MODIFY, REMOVE), then a
-    `U` row per non-null public column of its new image (INSERT, MODIFY)."""
-    schema = _schema(sequence_info)
+    `U` row per non-null public column of its new image (INSERT, MODIFY); the first column is
+    the change log's key (`key`: `relative_path`, or a table's key column)."""
+    schema = _schema(sequence_info, key)
     if not len(window):
         return schema.empty_table(), 0
     versions = np.unique(window.version)
@@ -148,11 +161,13 @@ def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
             window.version[keep].tolist(), window.row[keep].tolist(), strict=True)], object)
     parts, order = [], []
     t = window.rows
+    values_of = [c for c in window.columns if c != key.name]
+    width = len(values_of) + 1
 
     def part(rec: np.ndarray, src: np.ndarray, name: str | None, values: Any, op: str,
              slot: int) -> None:
         n = len(rec)
-        cols = {"relative_path": t["relative_path"].take(pa.array(src)),
+        cols = {key.name: pc.cast(t[key.name].take(pa.array(src)), key.type),
                 "column_name": pa.array([name] * n, pa.string()),
                 "version": pa.array(ms[rec]),
                 "column_value": values if values is not None else pa.nulls(n, pa.string()),
@@ -160,12 +175,12 @@ def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
         if sequence_info:
             cols["sequence_info"] = pa.array(seqs[rec], pa.string())
         parts.append(pa.table(cols, schema=schema))
-        order.append(rec * 8 + slot)
+        order.append(rec * width + slot)
 
     rec = np.nonzero(old >= 0)[0]
     part(rec, old[rec], None, None, "DR", 0)
     has_new = np.nonzero(new >= 0)[0]
-    for slot, col in enumerate(_VALUE_COLUMNS, 1):
+    for slot, col in enumerate(values_of, 1):
         values = t[col].take(pa.array(new[has_new]))
         valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
         rec = has_new[valid]
@@ -184,11 +199,21 @@ class _Exporter:
         self.result = result
         self._lock = threading.Lock()
         self.options = dict(getattr(catalog.warehouse.location, "storage_options", {}) or {})
-        self.spec = self._retry(lambda: catalog.volume_spec(volume), "read the catalog")
-        self.range_key = f"{volume}:{self.spec.id}:{a}:{b}"
-        self.schema = _schema(sequence_info)
+        #: what errors name: "volume 'x'" or "table 'x'"
+        self.what = f"volume or table {volume!r}"
+        self.target = self._retry(lambda: Target(catalog, volume), "read the catalog")
+        self.what = f"{self.target.kind} {volume!r}"
+        self.range_key = f"{volume}:{self.target.owner_id}:{a}:{b}"
+        self.key = _key_field(self.target)
         self._written = 0
         self._bytes, self._started = 0, time.monotonic()
+
+    def source(self, log: ChangeLog | None = None) -> Any:
+        """What to read: the log's own source for a table (keyed as its stream is), a freshly
+        opened directory table for a volume."""
+        if self.target.kind == "table":
+            return log.source if log is not None else self.target.source
+        return VolumeSource(self.catalog.directory_table(self.volume))
 
     # ---------------------------------------------------------------- status
     def status(self) -> dict[str, tuple[int, bool]]:
@@ -228,7 +253,7 @@ class _Exporter:
                 if not transient or attempt == self.max_retries:
                     tried = f" after {attempt} retries" if transient else ""
                     raise WarehouseError(
-                        f"export of volume {self.volume!r}, range [{self.a}, {self.b}) ms: "
+                        f"export of {self.what}, range [{self.a}, {self.b}) ms: "
                         f"could not {what}{tried} ({'transient' if transient else 'storage'} "
                         f"error: {exc}); run it again to resume (with a status table) or "
                         f"raise max_retries") from exc
@@ -284,9 +309,8 @@ class _Exporter:
             with self._lock:
                 self.result.windows_skipped += 1
             return
-        table = self._retry(lambda: self.catalog.directory_table(self.volume),
-                            "open the directory table")
-        times = CommitTimes(table)
+        source = self._retry(lambda: self.source(log), f"open {self.what}")
+        times = CommitTimes(source)
         total_rows = 0
         w = start - start % WINDOW  # windows fixed by version number
         while w < stop:
@@ -298,8 +322,8 @@ class _Exporter:
                 continue
             lo = max(w, start)
             rows, n_records = self._retry(lambda lo=lo, w_end=w_end: window_rows(
-                shard_window(table, shard, lo, w_end), shard, times, self.a, self.b,
-                self.sequence_info), f"read shard {shard.shard_id} versions {lo + 1}..{w_end}")
+                shard_window(source, shard, lo, w_end), shard, times, self.a, self.b,
+                self.sequence_info, self.key), f"read shard {shard.shard_id} versions {lo + 1}..{w_end}")
             if rows.num_rows:
                 path = self._retry(lambda rows=rows, w=w: self._write(shard, w + 1, rows),
                                    f"write shard {shard.shard_id} window {w + 1}")
@@ -316,15 +340,25 @@ class _Exporter:
             self.record(shard.shard_id, stop, True, 0)
 
 
-def _version_window(table: Any, a: int, b: int, volume: str) -> tuple[int, int] | None:
+def _key_field(target: Target) -> pa.Field:
+    """The first column of the export rows: `relative_path`, or the table's key column."""
+    if target.kind == "volume":
+        return VOLUME_KEY
+    key = target.source.key
+    if key == ROW_ID:
+        return pa.field(ROW_ID, pa.int64())
+    return target.source.store.schema(target.name).field(key)
+
+
+def _version_window(source: Any, a: int, b: int, what: str) -> tuple[int, int] | None:
     """(lo, hi): the versions (lo, hi] holding every commit in [a, b); None if none is."""
-    history = table.history()
+    history = source.history()
     inside = [h["version"] for h in history if a <= _ms(h["timestamp"]) < b]
-    oldest = table.oldest_version()
+    oldest = source.oldest_version()
     kept = [h for h in history if h["version"] >= oldest]
     if kept and oldest > 0 and _ms(min(kept, key=lambda h: h["version"])["timestamp"]) > a:
         raise TrimmedDataError(
-            f"volume {volume!r}: the export range starts at {a} ms, before the oldest kept "
+            f"{what}: the export range starts at {a} ms, before the oldest kept "
             f"version {oldest} (trimmed by retention)")
     if not inside:
         return None
@@ -344,6 +378,10 @@ class _Tables:
 
     def directory_table(self, volume: str) -> Any:
         return self._volumes.table(self._volumes.spec(volume))
+
+    @property
+    def tables(self) -> TableStore:
+        return TableStore(self.warehouse.location.join("tables"), self.warehouse.storage_options)
 
 
 def _spark_task(args: tuple) -> dict[str, Any]:
@@ -376,7 +414,8 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
                    status_table: str | None = None, export_sequence_info: bool = False,
                    max_retries: int = 30, parallelism: int = 1,
                    mbps: float | None = None, engine: str = "threads") -> ExportResult:
-    """Export the volume's changes committed in [start_ms, end_ms) (or on UTC day `date`).
+    """Export the changes of volume (or change-tracked table) `volume` committed in
+    [start_ms, end_ms) (or on UTC day `date`).
     `engine="spark"` runs one Spark task per shard (the warehouse and `out` must be reachable
     from the executors); `"threads"` runs `parallelism` shards at once in this process."""
     if engine not in ("threads", "spark"):
@@ -404,9 +443,9 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
     exporter = _Exporter(catalog, volume, a, b, os.fspath(out), fmt, status_path,
                          export_sequence_info, max_retries, mbps, result)
     retry = exporter._retry
-    with converted(f"volume {volume!r}"):
-        window = retry(lambda: _version_window(catalog.directory_table(volume), a, b, volume),
-                       "read the volume's history")
+    with converted(exporter.what):
+        window = retry(lambda: _version_window(exporter.source(), a, b, exporter.what),
+                       "read the history")
     if window is None:
         result.seconds = time.perf_counter() - started
         return result
@@ -423,11 +462,11 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
     jobs = retry(shards, "list the change log's shards")
     result.shards = len(jobs)
     if engine == "spark":
-        with converted(f"volume {volume!r}"):
+        with converted(exporter.what):
             _run_on_spark(catalog.spark, exporter, jobs, window, status)
         result.seconds = time.perf_counter() - started
         return result
-    with converted(f"volume {volume!r}"), ThreadPoolExecutor(
+    with converted(exporter.what), ThreadPoolExecutor(
             max_workers=parallelism, thread_name_prefix="volume-stream-export") as pool:
         futures = [pool.submit(exporter.shard, log, s, *window, status) for log, s in jobs]
         for f in futures:
