@@ -27,7 +27,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
-from directory_table import rewrite
+from directory_table import _reads, rewrite
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.layout import (
     BUCKETS_KEY,
@@ -370,9 +370,10 @@ class DirectoryTable:
         files (a refresh can diff a listing bucket by bucket, `layout.bucket_of`)."""
         dt = self.delta(version)
         columns = list(columns or TABLE_SCHEMA.names)
-        if buckets is None:
+        table = _reads.local_rows(dt, columns, buckets)  # None: not local, or `_bucket` asked
+        if table is None and buckets is None:
             table = dt.to_pyarrow_dataset().to_table(use_threads=False, columns=columns)
-        else:
+        elif table is None:
             wanted = sorted(set(buckets))
             layout = Layout.of(dt)
             if layout.bucketed:

@@ -12,7 +12,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
+
+import pyarrow as pa
 
 from connectors.base import ObjectReader
 from directory_table import DirectoryTable
@@ -25,11 +28,12 @@ from volume_stream.volumes import refresh as listing_diff
 from volume_stream.volumes.backends import backend_for, check_options, normalize_location
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import (
+    Listing,
     Progress,
+    accepted_rows,
     counted,
-    diff_by_buckets,
     diff_listing_spark,
-    read_listing,
+    diff_refresh,
 )
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
@@ -199,37 +203,53 @@ class VolumeRegistry:
         # The version is pinned before listing: whatever the table learns while we list is
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
         base = table.version()
+        layout = table.layout()
+        buckets = layout.buckets if layout.bucketed else 1
+        stored_rows = table.file_count()
         lister = backend_for(spec).lister(self.with_options(spec))
         globs = spec.options.get("include") or spec.options.get("exclude")
-        listing = read_listing(counted(lister.list(), progress),
-                               spec.accepts() if globs else None, recursive=spec.recursive)
+        accept = spec.accepts() if globs else None
         columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                    "_event_time"]
-        threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
-        store_times = spec.scheme != "file"  # local mtimes are no clock (DESIGN §4.2)
-        if listing.num_rows > threshold:
-            events, invalid = diff_listing_spark(self._spark(), listing,
-                                                 table.snapshot(base, columns=columns), started,
-                                                 store_times=store_times)
-        else:
-            layout = table.layout()
-            buckets = layout.buckets if layout.bucketed else 1
-            rows = max(listing.num_rows, table.file_count()) if buckets > 1 else 0
-            events, invalid = diff_by_buckets(
-                listing, lambda group: table.snapshot(base, columns=columns, buckets=group),
-                buckets, started, store_times=store_times,
-                group_size=listing_diff.group_size_for(rows, buckets), progress=progress)
+
+        def read_stored(group: list[int] | None) -> pa.Table:
+            return table.snapshot(base, columns=columns, buckets=group)
+
+        group_rows = listing_diff.ROWS_PER_BUCKET_GROUP
+        if hasattr(lister, "expected_rows"):  # a big local walk starts its helper at once
+            lister.expected_rows = stored_rows
+        batches = lister.list()
+        try:
+            # a table of one diff group is read now, while a local walk's helper lists
+            stored = read_stored(None) if stored_rows <= group_rows else None
+            with Listing(buckets, spill_rows=group_rows) as listing:
+                for batch in counted(batches, progress):
+                    listing.add(accepted_rows(batch, accept, spec.recursive))
+                listing.finish()
+                threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+                diff = (partial(diff_listing_spark, self._spark())
+                        if listing.rows > threshold else None)
+                events, invalid = diff_refresh(
+                    listing, read_stored, stored_rows, started,
+                    store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
+                    progress=progress, diff=diff, stored=stored)
+                listed = listing.rows
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
         if progress is not None:
-            progress("committing", listing.num_rows, len(events))
+            progress("committing", listed, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
-        result = table.apply(events, listed_at_version=base)
+        result = table.apply(events, listed_at_version=base) if events else None
         seconds = (datetime.now(UTC) - started).total_seconds()
-        log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listing.num_rows,
-                 result.inserted, result.updated, result.deleted, seconds)
-        return RefreshMetrics(listed=listing.num_rows, inserted=result.inserted,
-                              updated=result.updated, deleted=result.deleted,
-                              version=result.version, invalid_paths=invalid, seconds=seconds)
+        counts = (result.inserted, result.updated, result.deleted) if result else (0, 0, 0)
+        log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listed, *counts,
+                 seconds)
+        return RefreshMetrics(listed=listed, inserted=counts[0], updated=counts[1],
+                              deleted=counts[2], version=result.version if result else None,
+                              invalid_paths=invalid, seconds=seconds)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         spec = self.with_options(self.spec(volume))
