@@ -6,7 +6,7 @@ per-file objects). A big walk is shared with one helper process (`_HelperWalk`,
 fight over the GIL at every call (measured: two scanning threads are slower than one), while
 two processes walk twice as fast. The helper starts once the walk has seen `HELPER_AFTER`
 entries with directories left to share, takes the shallowest pending directory (the biggest
-sub-tree left), walks up to `_walk_helper.BUDGET` files below it and hands back the rest. Its
+sub-tree left), walks up to `BUDGET` files below it and hands back the rest. Its
 files arrive as `_Files` (Arrow paths, NumPy sizes and mtimes). A helper that cannot start or
 dies gives its directories back: the caller walks them itself, nothing is lost or listed twice.
 """
@@ -34,6 +34,9 @@ logger = logging.getLogger("connectors.local")
 
 #: entries (files and folders) walked before the helper process is started
 HELPER_AFTER = 4000
+#: files the helper walks per request before it hands the directories left back (small: the
+#: caller shares them out; a round trip costs far less than walking 4k files)
+BUDGET = 4096
 _HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_walk_helper.py")
 _HEAD = struct.Struct("<BI")
 _WAKE = object()
@@ -156,6 +159,7 @@ class _HelperWalk:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.proc: subprocess.Popen | None = None
+        self.budget = BUDGET
 
     def start(self) -> None:
         """Start the helper now (the caller knows the walk is big): it takes the top
@@ -269,7 +273,7 @@ class _HelperWalk:
         assert self.proc is not None and self.proc.stdin and self.proc.stdout
         payload = os.fsencode(rel)
         try:
-            self.proc.stdin.write(struct.pack("<I", len(payload)) + payload)
+            self.proc.stdin.write(struct.pack("<II", len(payload), self.budget) + payload)
             self.proc.stdin.flush()
             files: list[_Files] = []
             out = self.proc.stdout
@@ -300,7 +304,7 @@ class _HelperWalk:
             return
         try:
             if proc.poll() is None and proc.stdin:
-                proc.stdin.write(struct.pack("<I", 0xFFFFFFFF))
+                proc.stdin.write(struct.pack("<II", 0xFFFFFFFF, 0))
                 proc.stdin.flush()
         except OSError:
             pass

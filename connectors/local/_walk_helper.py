@@ -7,11 +7,12 @@ process walks the directories it is sent while the caller walks others.
 
 Protocol on stdin/stdout, little-endian, names as raw bytes (relative to ROOT, '/'-joined):
 
-* request: `<I` length, then the directories joined by NUL; length 0xFFFFFFFF: exit.
+* request: `<II` length and budget (files), then the directories joined by NUL; length
+  0xFFFFFFFF: exit.
 * replies to one request, in order: any number of FILES frames, then one DONE frame.
   - FILES `<BI` (1, n), then n `<i` name lengths, the names, n `<q` sizes, n `<q` mtimes (ns)
   - DONE `<BI` (2, length), then the directories left unvisited joined by NUL (the request
-    is cut after `BUDGET` files so the caller can share out the rest)
+    is cut after its budget of files so the caller can share out the rest)
   - ERROR `<BI` (3, length), then `<i` errno and the directory that could not be read
 """
 
@@ -22,12 +23,10 @@ import struct
 import sys
 from array import array
 
-#: files per FILES frame, and per request before the rest goes back to the caller (small:
-#: the caller shares out what is left; a round trip costs far less than walking 4k files)
+#: files per FILES frame
 CHUNK = 4096
-BUDGET = 4096
 _HEAD = struct.Struct("<BI")
-_LEN = struct.Struct("<I")
+_REQUEST = struct.Struct("<II")
 
 
 def _read_exact(stream, n: int) -> bytes:
@@ -52,12 +51,12 @@ class _Chunk:
                          b"".join(self.names), self.sizes.tobytes(), self.mtimes.tobytes()))
 
 
-def walk(root: bytes, dirs: list[bytes], out) -> None:
+def walk(root: bytes, dirs: list[bytes], out, budget: int) -> None:
     """Walk `dirs` (and below) depth first; write FILES frames and one DONE or ERROR."""
     stack = list(reversed(dirs))
     chunk = _Chunk()
-    total = 0
-    while stack and total < BUDGET:
+    total = counted = 0
+    while stack and total < budget:
         rel = stack.pop()
         prefix = rel + b"/" if rel else b""
         try:
@@ -87,10 +86,12 @@ def walk(root: bytes, dirs: list[bytes], out) -> None:
                 add_name(prefix + entry.name)
                 add_size(st.st_size)
                 add_mtime(st.st_mtime_ns)
-        if len(chunk.names) >= CHUNK:
-            total += len(chunk.names)
+        total += len(chunk.names) - counted
+        counted = len(chunk.names)
+        if counted >= CHUNK:
             out.write(chunk.frame())
             chunk = _Chunk()
+            counted = 0
     if chunk.names:
         out.write(chunk.frame())
     rest = b"\0".join(reversed(stack))
@@ -103,13 +104,13 @@ def main() -> None:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            (length,) = _LEN.unpack(_read_exact(inp, 4))
+            length, budget = _REQUEST.unpack(_read_exact(inp, _REQUEST.size))
             if length == 0xFFFFFFFF:
                 return
             dirs = _read_exact(inp, length).split(b"\0")
         except EOFError:
             return
-        walk(root, dirs, out)
+        walk(root, dirs, out, budget)
 
 
 if __name__ == "__main__":
