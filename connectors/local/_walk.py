@@ -5,9 +5,9 @@ per-file objects). A big walk is shared with one helper process (`_HelperWalk`,
 `_walk_helper.py`): `lstat` dominates a walk and releases the GIL, but threads of one process
 fight over the GIL at every call (measured: two scanning threads are slower than one), while
 two processes walk twice as fast. The helper starts once the walk has seen `HELPER_AFTER`
-entries with directories left to share, takes the shallowest pending directory (the biggest
-sub-tree left), walks up to `BUDGET` files below it and hands back the rest. Its
-files arrive as `_Files` (Arrow paths, NumPy sizes and mtimes). A helper that cannot start or
+entries with directories left to share, takes the shallowest pending directories (the bottom
+half of the pending stack: the biggest sub-trees left), walks up to `BUDGET` files below them
+and hands back the rest. Its files arrive as `_Files` (Arrow paths, NumPy sizes and mtimes). A helper that cannot start or
 dies gives its directories back: the caller walks them itself, nothing is lost or listed twice.
 """
 
@@ -33,9 +33,9 @@ __all__ = ["HELPER_AFTER", "_Dir", "_Files", "_HelperWalk", "_scan", "_scan_dir"
 logger = logging.getLogger("connectors.local")
 
 #: entries (files and folders) walked before the helper process is started
-HELPER_AFTER = 4000
+HELPER_AFTER = 100_000
 #: files the helper walks per request before it hands the directories left back (small: the
-#: caller shares them out; a round trip costs far less than walking 4k files)
+#: caller shares them out; a round trip costs far less than walking 1k files)
 BUDGET = 4096
 _HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_walk_helper.py")
 _HEAD = struct.Struct("<BI")
@@ -53,11 +53,12 @@ class _Dir(NamedTuple):
 
 class _Files(NamedTuple):
     """Files walked by the helper: keys (an Arrow string array, or a list of str holding
-    undecodable names as surrogates), sizes and mtimes in ns."""
+    undecodable names as surrogates), sizes, mtimes in ns and ETags (mtime and size)."""
 
     paths: pa.Array | list[str]
     sizes: np.ndarray
     mtimes_ns: np.ndarray
+    etags: pa.Array
 
 
 def _scan_dir(root: str, rel_dir: str, *, recursive: bool, strict: bool) -> _Dir:
@@ -240,17 +241,19 @@ class _HelperWalk:
     def _loop(self) -> None:
         while not self.stop.is_set():
             with self.lock:
-                rel = self.pending.pop(0) if self.pending else None
-                self.busy = rel is not None
-            if rel is None:
+                # the bottom half of the stack: the shallowest directories, the most work
+                take = self.pending[:max(1, len(self.pending) // 2)] if self.pending else []
+                del self.pending[:len(take)]
+                self.busy = bool(take)
+            if not take:
                 self.wake.wait(0.05)
                 self.wake.clear()
                 continue
             try:
-                files, rest = self._request(rel)
+                files, rest = self._request(take)
             except _HelperDied as exc:
                 with self.lock:
-                    self.pending.insert(0, rel)  # walked again by the caller
+                    self.pending[0:0] = take  # walked again by the caller
                     self.busy = False
                 if not self.stop.is_set():
                     logger.warning("local walk goes on alone: %s", exc)
@@ -268,10 +271,10 @@ class _HelperWalk:
                 self.busy = False
             self.results.put(_WAKE)
 
-    def _request(self, rel: str) -> tuple[list[_Files], list[str]]:
-        """Walk `rel` (up to the helper's budget): its files, and the directories left."""
+    def _request(self, dirs: list[str]) -> tuple[list[_Files], list[str]]:
+        """Walk `dirs` (up to the helper's budget): their files, and the directories left."""
         assert self.proc is not None and self.proc.stdin and self.proc.stdout
-        payload = os.fsencode(rel)
+        payload = b"\0".join(os.fsencode(d) for d in dirs)
         try:
             self.proc.stdin.write(struct.pack("<II", len(payload), self.budget) + payload)
             self.proc.stdin.flush()
@@ -328,17 +331,23 @@ def _exact(stream: Any, n: int) -> bytes:
     return data
 
 
-def _decode(stream: Any, n: int) -> _Files:
+def _strings(stream: Any, n: int) -> tuple[np.ndarray, bytes, pa.Array]:
+    """n `<i` lengths and the strings: (offsets, bytes, the Arrow array, not validated)."""
     lengths = np.frombuffer(_exact(stream, 4 * n), dtype="<i4")
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    names = _exact(stream, int(offsets[-1]))
+    data = _exact(stream, int(offsets[-1]))
+    return offsets, data, pa.StringArray.from_buffers(n, pa.py_buffer(offsets),
+                                                      pa.py_buffer(data))
+
+
+def _decode(stream: Any, n: int) -> _Files:
+    offsets, names, paths = _strings(stream, n)
     sizes = np.frombuffer(_exact(stream, 8 * n), dtype="<i8")
     mtimes = np.frombuffer(_exact(stream, 8 * n), dtype="<i8")
-    paths: pa.Array | list[str] = pa.StringArray.from_buffers(
-        n, pa.py_buffer(offsets), pa.py_buffer(names))
+    etags = _strings(stream, n)[2]  # ASCII
     try:
         paths.validate(full=True)
     except pa.ArrowInvalid:  # undecodable bytes in a name: the caller checks every key
         paths = [os.fsdecode(names[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    return _Files(paths, sizes, mtimes)
+    return _Files(paths, sizes, mtimes, etags)

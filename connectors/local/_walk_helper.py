@@ -10,7 +10,8 @@ Protocol on stdin/stdout, little-endian, names as raw bytes (relative to ROOT, '
 * request: `<II` length and budget (files), then the directories joined by NUL; length
   0xFFFFFFFF: exit.
 * replies to one request, in order: any number of FILES frames, then one DONE frame.
-  - FILES `<BI` (1, n), then n `<i` name lengths, the names, n `<q` sizes, n `<q` mtimes (ns)
+  - FILES `<BI` (1, n), then n `<i` name lengths, the names, n `<q` sizes, n `<q` mtimes (ns),
+    n `<i` ETag lengths and the ETags (`f"{mtime_ns:x}-{size:x}"`)
   - DONE `<BI` (2, length), then the directories left unvisited joined by NUL (the request
     is cut after its budget of files so the caller can share out the rest)
   - ERROR `<BI` (3, length), then `<i` errno and the directory that could not be read
@@ -46,9 +47,11 @@ class _Chunk:
         self.mtimes = array("q")
 
     def frame(self) -> bytes:
-        lengths = array("i", map(len, self.names))
-        return b"".join((_HEAD.pack(1, len(self.names)), lengths.tobytes(),
-                         b"".join(self.names), self.sizes.tobytes(), self.mtimes.tobytes()))
+        # the ETags too (`connectors.local.store._etag`): this process has the spare core
+        etags = [b"%x-%x" % pair for pair in zip(self.mtimes, self.sizes, strict=True)]
+        return b"".join((_HEAD.pack(1, len(self.names)), array("i", map(len, self.names)).tobytes(),
+                         b"".join(self.names), self.sizes.tobytes(), self.mtimes.tobytes(),
+                         array("i", map(len, etags)).tobytes(), b"".join(etags)))
 
 
 def walk(root: bytes, dirs: list[bytes], out, budget: int) -> None:

@@ -51,7 +51,7 @@ _SUSPECT = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
 _SUSPECT_RE2 = r"[\x00-\x1f\x7f\\]"
 #: walked rows before they become a listing batch
 _RAW = pa.schema([("relative_path", pa.string()), ("size", pa.int64()),
-                  ("mtime_ns", pa.int64())])
+                  ("mtime_ns", pa.int64()), ("etag", pa.string())])
 
 def file_url(root: str | Path, relative_path: str = "") -> str:
     """The `file://` URL of a file of a local volume (or of the root itself), no percent-encoding.
@@ -185,7 +185,8 @@ class LocalLister(Lister):
                 if paths:
                     pieces.append(self._piece(root, paths, sizes, mtimes_ns))
                     paths, sizes, mtimes_ns = [], [], []
-                pieces.append(self._piece(root, found.paths, found.sizes, found.mtimes_ns))
+                pieces.append(self._piece(root, found.paths, found.sizes, found.mtimes_ns,
+                                          found.etags))
             else:
                 paths.extend(found.paths)
                 sizes.extend(found.sizes)
@@ -211,8 +212,8 @@ class LocalLister(Lister):
             logger.warning("skipped %d files with unsafe names under %s", self.malformed, root)
 
     def _piece(self, root: str, paths: pa.Array | list[str], sizes: list[int] | np.ndarray,
-               mtimes_ns: list[int] | np.ndarray) -> pa.Table:
-        """Walked files as a table (relative_path, size, mtime_ns) without the unsafe keys.
+               mtimes_ns: list[int] | np.ndarray, etags: pa.Array | None = None) -> pa.Table:
+        """Walked files as a table (relative_path, size, mtime_ns, etag) without the unsafe keys.
         Keys joined from scandir names never have empty, '.' or '..' segments, so only names
         with suspect characters (control characters, backslashes, undecodable bytes) need
         the full check, and Arrow finds them (undecodable bytes make the string array fail:
@@ -249,12 +250,14 @@ class LocalLister(Lister):
             array = array.filter(pa.array(keep))
         size = np.asarray(sizes, dtype=np.int64)
         mtime = np.asarray(mtimes_ns, dtype=np.int64)
+        if etags is None:
+            etags = _etags(mtime, size)
         if keep is not None:
-            size, mtime = size[keep], mtime[keep]
-        return pa.table([array, pa.array(size), pa.array(mtime)], schema=_RAW)
+            size, mtime, etags = size[keep], mtime[keep], etags.filter(pa.array(keep))
+        return pa.table([array, pa.array(size), pa.array(mtime), etags], schema=_RAW)
 
     def _batch(self, root: str, rows: pa.Table) -> pa.RecordBatch:
-        """One listing batch of walked rows (relative_path, size, mtime_ns)."""
+        """One listing batch of walked rows (relative_path, size, mtime_ns, etag)."""
         rows = rows.combine_chunks()
         path_array = rows["relative_path"].chunk(0) if rows.num_rows else pa.array([], pa.string())
         sizes = rows["size"].to_numpy()
@@ -262,11 +265,11 @@ class LocalLister(Lister):
         if self.hash_content:
             return self._hashed_batch(root, path_array.to_pylist(), sizes.tolist(),
                                       mtimes_ns.tolist())
-        etags = [f"{m:x}-{n:x}" for m, n in zip(mtimes_ns.tolist(), sizes.tolist(), strict=True)]
+        etags = rows["etag"].chunk(0) if rows.num_rows else pa.array([], pa.string())
         return pa.RecordBatch.from_arrays(
             [path_array, pa.array(sizes, pa.int64()),
-             pa.array(np.floor_divide(mtimes_ns, 1000), _TIMESTAMP),
-             pa.array(etags, pa.string())], schema=LISTING_SCHEMA)
+             pa.array(np.floor_divide(mtimes_ns, 1000), _TIMESTAMP), etags],
+            schema=LISTING_SCHEMA)
 
     def _hashed_batch(self, root: str, paths: list[str], sizes: list[int],
                       mtimes_ns: list[int]) -> pa.RecordBatch:
@@ -285,6 +288,36 @@ class LocalLister(Lister):
             keep.append(i)
         return _listing_batch([paths[i] for i in keep], [sizes[i] for i in keep],
                               [mtimes_ns[i] // 1000 for i in keep], etags)
+
+
+#: "00".."ff" as little-endian uint16 pairs of ASCII digits, and 16**1 .. 16**15
+_HEX_PAIRS = np.array([int.from_bytes(f"{b:02x}".encode(), "little") for b in range(256)],
+                      np.uint16)
+_POWERS_16 = np.array([16**k for k in range(1, 16)], np.uint64)
+_COLUMNS = np.arange(33)
+
+
+def _etags(mtimes_ns: np.ndarray, sizes: np.ndarray) -> pa.Array:
+    """`_etag` (f"{mtime_ns:x}-{size:x}") of many files, vectorised: both numbers as 16 hex
+    digits side by side, leading zeros cut by one mask (twice as fast as formatting)."""
+    if len(sizes) and (mtimes_ns.min() < 0 or sizes.min() < 0):
+        return pa.array([f"{m:x}-{n:x}" for m, n in zip(mtimes_ns.tolist(), sizes.tolist(),
+                                                         strict=True)], pa.string())
+    m, n = mtimes_ns.astype(np.uint64), sizes.astype(np.uint64)
+    digits_m = np.searchsorted(_POWERS_16, m, side="right") + 1
+    digits_n = np.searchsorted(_POWERS_16, n, side="right") + 1
+    chars = np.empty((len(m), 33), np.uint8)
+    chars[:, :16] = _HEX_PAIRS[m.astype(">u8").view(np.uint8).reshape(-1, 8)].view(
+        np.uint8).reshape(-1, 16)
+    chars[:, 16] = ord("-")
+    chars[:, 17:] = _HEX_PAIRS[n.astype(">u8").view(np.uint8).reshape(-1, 8)].view(
+        np.uint8).reshape(-1, 16)
+    keep = (((_COLUMNS >= 16 - digits_m[:, None]) & (_COLUMNS < 16)) | (_COLUMNS == 16)
+            | (_COLUMNS >= 33 - digits_n[:, None]))
+    offsets = np.zeros(len(m) + 1, np.int32)
+    np.cumsum(digits_m + digits_n + 1, out=offsets[1:])
+    return pa.StringArray.from_buffers(len(m), pa.py_buffer(offsets),
+                                       pa.py_buffer(chars[keep]))
 
 
 class _Listing(Iterator[pa.RecordBatch]):

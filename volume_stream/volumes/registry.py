@@ -29,6 +29,7 @@ from volume_stream.volumes.backends import backend_for, check_options, normalize
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import (
     Listing,
+    Prefetch,
     Progress,
     accepted_rows,
     counted,
@@ -218,10 +219,10 @@ class VolumeRegistry:
         group_rows = listing_diff.ROWS_PER_BUCKET_GROUP
         if hasattr(lister, "expected_rows"):  # a big local walk starts its helper at once
             lister.expected_rows = stored_rows
+        # a table of one diff group is read while the volume is listed
+        prefetch = Prefetch(lambda: read_stored(None)) if stored_rows <= group_rows else None
         batches = lister.list()
         try:
-            # a table of one diff group is read now, while a local walk's helper lists
-            stored = read_stored(None) if stored_rows <= group_rows else None
             with Listing(buckets, spill_rows=group_rows) as listing:
                 for batch in counted(batches, progress):
                     listing.add(accepted_rows(batch, accept, spec.recursive))
@@ -232,12 +233,15 @@ class VolumeRegistry:
                 events, invalid = diff_refresh(
                     listing, read_stored, stored_rows, started,
                     store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
-                    progress=progress, diff=diff, stored=stored)
+                    progress=progress, diff=diff,
+                    stored=prefetch.result() if prefetch is not None else None)
                 listed = listing.rows
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+            if prefetch is not None:
+                prefetch.join()
         if progress is not None:
             progress("committing", listed, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
