@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from connectors.base import LISTING_SCHEMA
 from directory_table.layout import bucket_array
 
-__all__ = ["MAX_PARTITIONS", "Listing"]
+__all__ = ["MAX_PARTITIONS", "Listing", "accepted_rows"]
 
 #: spill files (and open writers) at most, whatever the table's bucket count
 MAX_PARTITIONS = 256
@@ -48,10 +48,10 @@ class Listing:
         self.spill_dir = spill_dir
         self.rows = 0
         self.partitions = min(self.buckets, MAX_PARTITIONS)
-        self._held: list[pa.RecordBatch] = []
+        self._held: list[pa.Table] = []
         self._dir: str | None = None
         self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
-        self._buffers: list[list[pa.RecordBatch]] = [[] for _ in range(self.partitions)]
+        self._buffers: list[list[pa.Table]] = [[] for _ in range(self.partitions)]
         self._buffered = 0
         self.partition_rows = [0] * self.partitions
 
@@ -63,6 +63,8 @@ class Listing:
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
         self.rows += batch.num_rows
         if self._dir is None:
             self._held.append(batch)
@@ -77,7 +79,7 @@ class Listing:
         for batch in held:
             self._partition(batch)
 
-    def _partition(self, batch: pa.RecordBatch | pa.Table) -> None:
+    def _partition(self, batch: pa.Table) -> None:
         """Split `batch` by partition into the buffers; flush them when they are full."""
         buckets = np.asarray(bucket_array(batch["relative_path"].to_pylist(), self.buckets))
         parts = buckets.astype(np.int64) * self.partitions // self.buckets
@@ -103,9 +105,7 @@ class Listing:
                 writer = pa.ipc.new_stream(os.path.join(self._dir or "", f"p{p:03d}.arrow"),
                                            LISTING_SCHEMA)
                 self._writers[p] = writer
-            writer.write_table(pa.Table.from_batches(
-                [b for part in parts for b in _batches(part)], schema=LISTING_SCHEMA)
-                .combine_chunks())
+            writer.write_table(pa.concat_tables(parts).combine_chunks())
             self._buffers[p] = []
         self._buffered = 0
 
@@ -123,8 +123,7 @@ class Listing:
         """The whole listing (only while it is in memory)."""
         if self._dir is not None:
             raise RuntimeError("the listing was spilled: read it a group at a time")
-        return pa.Table.from_batches([b for part in self._held for b in _batches(part)],
-                                     schema=LISTING_SCHEMA)
+        return pa.concat_tables(self._held) if self._held else LISTING_SCHEMA.empty_table()
 
     def buckets_of(self, partitions: list[int]) -> list[int]:
         """The table buckets of `partitions` (partition p holds the buckets b with
@@ -178,11 +177,8 @@ class Listing:
         self.close()
 
 
-def _batches(part: pa.RecordBatch | pa.Table) -> list[pa.RecordBatch]:
-    return part.to_batches() if isinstance(part, pa.Table) else [part]
-
-
-def accepted_rows(batch: pa.RecordBatch, accept, recursive: bool) -> pa.RecordBatch:
+def accepted_rows(batch: pa.RecordBatch, accept: Callable[[str], bool] | None,
+                  recursive: bool) -> pa.RecordBatch:
     """`batch` without the rows a volume does not take: `accept(path)` per path, or with
     `accept=None` the same rule vectorised (no folder markers; no nested paths unless
     `recursive`)."""
