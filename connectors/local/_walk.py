@@ -82,11 +82,9 @@ def _scan_dir(root: str, rel_dir: str, *, recursive: bool, strict: bool) -> _Dir
     with entries:
         for entry in entries:
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    if recursive:
+                if not entry.is_file(follow_symlinks=False):  # most entries are files
+                    if recursive and entry.is_dir(follow_symlinks=False):
                         add_dir(prefix + entry.name)
-                    continue
-                if not entry.is_file(follow_symlinks=False):
                     continue
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:

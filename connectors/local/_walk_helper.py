@@ -78,10 +78,9 @@ def walk(root: bytes, dirs: list[bytes], out, budget: int) -> None:
         with entries:
             for entry in entries:
                 try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(prefix + entry.name)
-                        continue
                     if not entry.is_file(follow_symlinks=False):
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(prefix + entry.name)
                         continue
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,9 +17,11 @@ from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connectors.base import ObjectReader
 from directory_table import DirectoryTable
+from directory_table.layout import Layout
 from volume_stream.errors import (
     AlreadyExistsError,
     InvalidInputError,
@@ -66,6 +69,8 @@ class VolumeRegistry:
         self._spark = spark
         self._runtime_options: dict[str, dict[str, Any]] = {}
         self._runtime_notifications: dict[str, Any] = {}
+        self._refresh_tables: dict[tuple[str, str], tuple[DirectoryTable, threading.Lock]] = {}
+        self._tables_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lookups
     def spec(self, name: str, state: CatalogState | None = None) -> VolumeSpec:
@@ -196,17 +201,33 @@ class VolumeRegistry:
     def refresh(self, volume: str, progress: Progress | None = None) -> RefreshMetrics:
         spec = self.spec(volume)
         with converted(f"volume {volume!r}"):
-            return self._refresh(spec, progress)
+            table, lock = self._refresh_table(spec)
+            with lock:  # one refresh of a volume at a time in this process
+                return self._refresh(spec, table, progress)
 
-    def _refresh(self, spec: VolumeSpec, progress: Progress | None = None) -> RefreshMetrics:
-        table = self.table(spec)
+    def _refresh_table(self, spec: VolumeSpec) -> tuple[DirectoryTable, threading.Lock]:
+        """The volume's directory table kept open for its refreshes (a poller refreshes over
+        and over: its Delta log is then brought up to date, not loaded again)."""
+        key = (spec.name, spec.id)
+        with self._tables_lock:
+            kept = self._refresh_tables.pop(key, None)
+            if kept is None:
+                kept = (self.table(spec), threading.Lock())
+            self._refresh_tables[key] = kept  # the most recent last
+            while len(self._refresh_tables) > 64:
+                del self._refresh_tables[next(iter(self._refresh_tables))]
+            return kept
+
+    def _refresh(self, spec: VolumeSpec, table: DirectoryTable,
+                 progress: Progress | None = None) -> RefreshMetrics:
         started = datetime.now(UTC)
         # The version is pinned before listing: whatever the table learns while we list is
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
-        base = table.version()
-        layout = table.layout()
+        dt = table.delta()
+        base, layout = dt.version(), Layout.of(dt)
         buckets = layout.buckets if layout.bucketed else 1
-        stored_rows = table.file_count()
+        stored_rows = int(pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"])
+                          .as_py() or 0)
         lister = backend_for(spec).lister(self.with_options(spec))
         globs = spec.options.get("include") or spec.options.get("exclude")
         accept = spec.accepts() if globs else None
