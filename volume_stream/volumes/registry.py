@@ -11,10 +11,10 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -61,6 +61,28 @@ class RefreshMetrics:
     seconds: float
 
 
+@dataclass
+class _Kept:
+    """A volume's directory table between refreshes, and the stored rows the last refresh
+    read (a snapshot of one version never changes: the next refresh at the same version, a
+    poller's over a quiet volume, needs no read)."""
+
+    table: DirectoryTable
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stored: pa.Table | None = None
+    stored_at: int | None = None
+
+    #: stored rows kept between refreshes, over all the volumes of a registry
+    MAX_ROWS: ClassVar[int] = 500_000
+
+    def keep(self, stored: pa.Table, version: int) -> None:
+        small = stored.num_rows <= self.MAX_ROWS
+        self.stored, self.stored_at = (stored, version) if small else (None, None)
+
+    def forget(self) -> None:
+        self.stored, self.stored_at = None, None
+
+
 class VolumeRegistry:
     """The volumes of `warehouse`. `spark` returns the session for large listing diffs."""
 
@@ -69,7 +91,7 @@ class VolumeRegistry:
         self._spark = spark
         self._runtime_options: dict[str, dict[str, Any]] = {}
         self._runtime_notifications: dict[str, Any] = {}
-        self._refresh_tables: dict[tuple[str, str], tuple[DirectoryTable, threading.Lock]] = {}
+        self._refresh_tables: dict[tuple[str, str], _Kept] = {}
         self._tables_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lookups
@@ -201,25 +223,40 @@ class VolumeRegistry:
     def refresh(self, volume: str, progress: Progress | None = None) -> RefreshMetrics:
         spec = self.spec(volume)
         with converted(f"volume {volume!r}"):
-            table, lock = self._refresh_table(spec)
-            with lock:  # one refresh of a volume at a time in this process
-                return self._refresh(spec, table, progress)
+            kept = self._refresh_table(spec)
+            with kept.lock:  # one refresh of a volume at a time in this process
+                return self._refresh(spec, kept, progress)
 
-    def _refresh_table(self, spec: VolumeSpec) -> tuple[DirectoryTable, threading.Lock]:
+    def _refresh_table(self, spec: VolumeSpec) -> _Kept:
         """The volume's directory table kept open for its refreshes (a poller refreshes over
         and over: its Delta log is then brought up to date, not loaded again)."""
         key = (spec.name, spec.id)
         with self._tables_lock:
             kept = self._refresh_tables.pop(key, None)
             if kept is None:
-                kept = (self.table(spec), threading.Lock())
+                kept = _Kept(self.table(spec))
             self._refresh_tables[key] = kept  # the most recent last
             while len(self._refresh_tables) > 64:
                 del self._refresh_tables[next(iter(self._refresh_tables))]
             return kept
 
-    def _refresh(self, spec: VolumeSpec, table: DirectoryTable,
+    def _keep(self, kept: _Kept, stored: pa.Table, version: int) -> None:
+        """Keep `stored` for the next refresh, forgetting the least recently refreshed
+        volumes' rows past `_Kept.MAX_ROWS` in all."""
+        with self._tables_lock:
+            kept.keep(stored, version)
+            total = sum(k.stored.num_rows for k in self._refresh_tables.values()
+                        if k.stored is not None)
+            for other in self._refresh_tables.values():  # the least recent first
+                if total <= _Kept.MAX_ROWS:
+                    break
+                if other is not kept and other.stored is not None:
+                    total -= other.stored.num_rows
+                    other.forget()
+
+    def _refresh(self, spec: VolumeSpec, kept: _Kept,
                  progress: Progress | None = None) -> RefreshMetrics:
+        table = kept.table
         started = datetime.now(UTC)
         # The version is pinned before listing: whatever the table learns while we list is
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
@@ -241,7 +278,11 @@ class VolumeRegistry:
         if hasattr(lister, "expected_rows"):  # a big local walk starts its helper at once
             lister.expected_rows = stored_rows
         # a table of one diff group is read while the volume is listed
-        prefetch = Prefetch(lambda: read_stored(None)) if stored_rows <= group_rows else None
+        prefetch, stored = None, None
+        if kept.stored_at == base:  # what the last refresh read: this version's rows
+            stored = kept.stored
+        elif stored_rows <= group_rows:
+            prefetch = Prefetch(lambda: read_stored(None))
         batches = lister.list()
         try:
             with Listing(buckets, spill_rows=group_rows) as listing:
@@ -251,11 +292,13 @@ class VolumeRegistry:
                 threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
                 diff = (partial(diff_listing_spark, self._spark())
                         if listing.rows > threshold else None)
+                if prefetch is not None:
+                    stored = prefetch.result()
+                    self._keep(kept, stored, base)
                 events, invalid = diff_refresh(
                     listing, read_stored, stored_rows, started,
                     store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
-                    progress=progress, diff=diff,
-                    stored=prefetch.result() if prefetch is not None else None)
+                    progress=progress, diff=diff, stored=stored)
                 listed = listing.rows
         finally:
             close = getattr(batches, "close", None)
