@@ -9,10 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connectors.local import LocalLister, _walk
+from connectors.local.store import _etags
 from connectors.protocols import LISTING_SCHEMA
 
 
@@ -90,3 +94,12 @@ def test_an_abandoned_walk_stops_its_helper(tree: Path, monkeypatch) -> None:
     batches.close()  # the no_leaks guard checks the helper process is gone
     never = shared(tree).list()  # started, never iterated
     never.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1), st.integers(0, 2**63 - 1)),
+                max_size=40))
+def test_vectorised_etags_are_the_formatted_ones(pairs) -> None:
+    mtimes = np.array([m for m, _ in pairs], dtype=np.int64)
+    sizes = np.array([n for _, n in pairs], dtype=np.int64)
+    assert _etags(mtimes, sizes).to_pylist() == [f"{m:x}-{n:x}" for m, n in pairs]

@@ -12,7 +12,6 @@ had a queue.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
@@ -25,7 +24,7 @@ from connectors.events import EventKind, FileEvent, InvalidPathError
 from directory_table.layout import bucket_array
 from volume_stream.volumes._spill import Listing, accepted_rows
 
-__all__ = ["ROWS_PER_BUCKET_GROUP", "Listing", "Prefetch", "Progress", "accepted_rows", "counted",
+__all__ = ["ROWS_PER_BUCKET_GROUP", "Listing", "Progress", "accepted_rows", "counted",
            "diff_by_buckets", "diff_listing", "diff_listing_spark", "diff_refresh",
            "group_size_for", "read_listing"]
 
@@ -139,35 +138,6 @@ def diff_refresh(listing: Listing, read_stored: Callable[[list[int] | None], pa.
     return events, invalid
 
 
-class Prefetch:
-    """`read()` on a daemon thread, started at once (the stored rows, read while the volume
-    is listed: Arrow reads them without the GIL); `result()` waits and returns the value or
-    raises the error."""
-
-    def __init__(self, read: Callable[[], pa.Table]) -> None:
-        self._read = read
-        self._value: pa.Table | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="refresh-stored", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._read()
-        except BaseException as exc:  # noqa: BLE001 - raised by result() on the caller's thread
-            self._error = exc
-
-    def result(self) -> pa.Table:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
-
-    def join(self) -> None:
-        self._thread.join()
-
-
 def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
                  store_times: bool = True) -> tuple[list[FileEvent], int]:
     """Events that make `stored` (relative_path, size, etag, last_modified_time, _sequencer,
@@ -190,7 +160,7 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
     paths = stored["relative_path"].combine_chunks() if stored.num_rows else \
         pa.array([], pa.string())
     index = pc.index_in(left["relative_path"], value_set=paths)
-    right = stored.select(_KEYS[1:] + _ORDER).rename_columns(_STORED + _ORDER).take(index)
+    right = stored.select(_KEYS[1:]).rename_columns(_STORED).take(index)
     joined = pa.Table.from_arrays([*left.columns, *right.columns],
                                   names=left.column_names + right.column_names)
     creates = joined.filter(pc.or_(pc.is_null(index), _changed(joined)))

@@ -32,7 +32,6 @@ from volume_stream.volumes.backends import backend_for, check_options, normalize
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import (
     Listing,
-    Prefetch,
     Progress,
     accepted_rows,
     counted,
@@ -277,14 +276,14 @@ class VolumeRegistry:
         group_rows = listing_diff.ROWS_PER_BUCKET_GROUP
         if hasattr(lister, "expected_rows"):  # a big local walk starts its helper at once
             lister.expected_rows = stored_rows
-        # a table of one diff group is read while the volume is listed
-        prefetch, stored = None, None
-        if kept.stored_at == base:  # what the last refresh read: this version's rows
-            stored = kept.stored
-        elif stored_rows <= group_rows:
-            prefetch = Prefetch(lambda: read_stored(None))
-        batches = lister.list()
+        batches = lister.list()  # a big local walk's helper process starts walking now
         try:
+            stored = None  # the rows of a table of one diff group, read now
+            if kept.stored_at == base:  # what the last refresh read: this version's rows
+                stored = kept.stored
+            elif stored_rows <= group_rows:
+                stored = read_stored(None)
+                self._keep(kept, stored, base)
             with Listing(buckets, spill_rows=group_rows) as listing:
                 for batch in counted(batches, progress):
                     listing.add(accepted_rows(batch, accept, spec.recursive))
@@ -292,9 +291,6 @@ class VolumeRegistry:
                 threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
                 diff = (partial(diff_listing_spark, self._spark())
                         if listing.rows > threshold else None)
-                if prefetch is not None:
-                    stored = prefetch.result()
-                    self._keep(kept, stored, base)
                 events, invalid = diff_refresh(
                     listing, read_stored, stored_rows, started,
                     store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
@@ -304,8 +300,6 @@ class VolumeRegistry:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
-            if prefetch is not None:
-                prefetch.join()
         if progress is not None:
             progress("committing", listed, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
