@@ -1,13 +1,13 @@
 """Full-listing reconcile (DESIGN §4.4): list a volume, diff the listing against the directory
 table's current version, and turn the difference into events for one `apply`.
 
-The diff is a vectorised join (no Python loop over the listing): Arrow on the driver for
-ordinary volumes, bucket group by bucket group (`diff_by_buckets`: a bucketed directory table
-is read a group of buckets at a time, so the stored rows are never all in memory next to the
-listing), Spark when the listing passes a threshold (millions of rows), so the join's memory
-and CPU go to the executors. Only the rows that differ come back and
-become `FileEvent`s. It heals missed events and backfills files that existed before the volume
-had a queue.
+The diff is vectorised (no Python loop over the listing): one hash lookup of the listed paths
+among the stored ones (`diff_listing`), on the driver, a group of buckets at a time
+(`diff_by_buckets` for a listing in memory, `diff_refresh` for one spilled per bucket
+partition by `_spill.Listing`), so neither the stored rows nor the listing of a huge volume
+are ever all in memory; in Spark when the listing passes `spark_diff_threshold`. Only the rows
+that differ become `FileEvent`s. It heals missed events and backfills files that existed
+before the volume had a queue.
 """
 
 from __future__ import annotations
