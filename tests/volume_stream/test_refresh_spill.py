@@ -16,6 +16,12 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 import volume_stream as vs
+from tests.alicloud_fixtures import (  # noqa: F401
+    alicloud_env,
+    make_volume,
+    mns_server,
+    oss_server,
+)
 from tests.aws_fixtures import aws_env, make_rig, moto_server  # noqa: F401
 from tests.fakes._http import FakeHTTPServer
 from tests.fakes.faulty_proxy import _Handler, _State
@@ -134,3 +140,25 @@ def test_a_denied_listing_or_a_missing_bucket_changes_nothing(cat, aws_env, monk
     finally:
         server.stop()
         rig.sqs.delete_queue(QueueUrl=rig.queue_url)
+
+
+def test_a_spilled_oss_listing_gives_the_same_table_and_records(cat, mns_server, oss_server,
+                                                                 alicloud_env, monkeypatch):
+    vol = make_volume(mns_server, oss_server, prefix="in/")
+    try:
+        for i, key in enumerate(KEYS):
+            vol.oss.put_object(key, b"x" * (i % 7))
+        note = vs.MnsNotification(vol.mns_endpoint, vol.queue_name, wait_seconds=0)
+        for name in ("whole", "spilled"):
+            cat.create_volume(name, f"oss://{vol.bucket}/in/", endpoint=vol.oss_endpoint,
+                              notification=note)
+            cat.create_stream(f"{name}_s", name)
+        monkeypatch.setattr(refresh, "ROWS_PER_BUCKET_GROUP", 1_000_000)
+        assert cat.refresh("whole").inserted == 72
+        monkeypatch.setattr(refresh, "ROWS_PER_BUCKET_GROUP", 10)
+        assert cat.refresh("spilled").inserted == 72
+        assert table(cat, "whole") == table(cat, "spilled")
+        assert rows(cat.read_stream_arrow("whole_s")) == rows(cat.read_stream_arrow("spilled_s"))
+        assert cat.refresh("spilled").version is None
+    finally:
+        vol.close()
