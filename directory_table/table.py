@@ -27,7 +27,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
-from directory_table import rewrite
+from directory_table import _reads, rewrite
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.layout import (
     BUCKETS_KEY,
@@ -368,11 +368,12 @@ class DirectoryTable:
         """Every row at `version` (default: latest); the public and internal columns unless
         `columns` names others (`_bucket` included). `buckets` reads only those buckets'
         files (a refresh can diff a listing bucket by bucket, `layout.bucket_of`)."""
-        dt = self.delta(version)
-        columns = list(columns or TABLE_SCHEMA.names)
-        if buckets is None:
+        cached = self._dt if self._dt is not None and self._dt.version() == version else None
+        dt, columns = cached or self.delta(version), list(columns or TABLE_SCHEMA.names)
+        table = _reads.local_rows(dt, columns, buckets)  # None: not local, or `_bucket` asked
+        if table is None and buckets is None:
             table = dt.to_pyarrow_dataset().to_table(use_threads=False, columns=columns)
-        else:
+        elif table is None:
             wanted = sorted(set(buckets))
             layout = Layout.of(dt)
             if layout.bucketed:

@@ -19,16 +19,24 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.errors import ObjectNotFoundError
 from connectors.events import InvalidPathError, validate_relative_path
+from connectors.local._walk import (  # noqa: F401 - _Dir, _scan_dir: _pending
+    HELPER_AFTER,
+    _Dir,
+    _Files,
+    _HelperWalk,
+    _scan,
+    _scan_dir,
+)
 from connectors.protocols import LISTING_SCHEMA, Lister, ObjectReader
 
 __all__ = ["LocalLister", "LocalReader", "content_etag", "file_url", "list_local"]
@@ -41,6 +49,9 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _SUSPECT = re.compile(r"[\x00-\x1f\x7f\\\ud800-\udfff]")
 #: the same class for Arrow (RE2) on valid UTF-8 (surrogates cannot reach an Arrow string)
 _SUSPECT_RE2 = r"[\x00-\x1f\x7f\\]"
+#: walked rows before they become a listing batch
+_RAW = pa.schema([("relative_path", pa.string()), ("size", pa.int64()),
+                  ("mtime_ns", pa.int64()), ("etag", pa.string())])
 
 def file_url(root: str | Path, relative_path: str = "") -> str:
     """The `file://` URL of a file of a local volume (or of the root itself), no percent-encoding.
@@ -100,94 +111,6 @@ def _check_root(root: str | Path) -> str:
     return path
 
 
-class _Dir(NamedTuple):
-    """The regular files of one directory, as columns, and its sub-directories (keys)."""
-
-    paths: list[str]
-    sizes: list[int]
-    mtimes_ns: list[int]
-    subdirs: list[str]
-
-
-def _scan_dir(root: str, rel_dir: str, *, recursive: bool, strict: bool) -> _Dir:
-    """One directory of a walk (see `_scan` for what is skipped and what raises); one tight
-    loop with no per-file objects, since a refresh walks millions of files."""
-    path = os.path.join(root, rel_dir) if rel_dir else root
-    prefix = rel_dir + "/" if rel_dir else ""
-    found = _Dir([], [], [], [])
-    try:
-        entries = os.scandir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return found
-    except PermissionError as exc:
-        if strict:
-            raise PermissionError(exc.errno, "cannot list directory of local volume",
-                                  path) from exc
-        logger.warning("cannot list %s: %s", path, exc)
-        return found
-    add_path, add_size, add_mtime = found.paths.append, found.sizes.append, found.mtimes_ns.append
-    add_dir = found.subdirs.append
-    with entries:
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if recursive:
-                        add_dir(prefix + entry.name)
-                    continue
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            add_path(prefix + entry.name)
-            add_size(st.st_size)
-            add_mtime(st.st_mtime_ns)
-    return found
-
-
-def _scan(root: str, top: str = "", *, recursive: bool, strict: bool,
-          workers: int = 1) -> Iterator[_Dir]:
-    """Yield the regular files under `root/top` (`top` a '/'-key, '' = root), a directory at
-    a time (`_Dir`: keys, sizes, mtimes in ns).
-
-    Symlinks and special files are skipped. A directory that vanishes mid-walk is skipped; one
-    that cannot be read raises `PermissionError` when `strict` (a refresh must not mistake it
-    for an empty directory and delete its rows), else it is logged and skipped. With
-    `workers > 1` sub-directories are scanned on a pool of threads (`os.scandir` and `lstat`
-    release the GIL, so a cold or network disk is read in parallel); the files are the same,
-    their order is not.
-    """
-    if workers > 1 and recursive:
-        yield from _scan_parallel(root, top, strict=strict, workers=workers)
-        return
-    stack = [top]
-    while stack:
-        found = _scan_dir(root, stack.pop(), recursive=recursive, strict=strict)
-        stack.extend(found.subdirs)
-        yield found
-
-
-def _scan_parallel(root: str, top: str, *, strict: bool, workers: int) -> Iterator[_Dir]:
-    with ThreadPoolExecutor(workers, thread_name_prefix="scan") as pool:
-        running: set[Future] = {pool.submit(_scan_dir, root, top, recursive=True,
-                                            strict=strict)}
-        waiting: list[str] = []
-        try:
-            while running:
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    found = future.result()
-                    waiting.extend(found.subdirs)
-                    # keep the pool busy, but hold at most a few directories' files at once
-                    while waiting and len(running) < 2 * workers:
-                        running.add(pool.submit(_scan_dir, root, waiting.pop(), recursive=True,
-                                                strict=strict))
-                    yield found
-        finally:
-            for future in running:
-                future.cancel()
-
-
 class LocalLister(Lister):
     """List every file of a local volume (`Lister`) with an `os.scandir` walk.
 
@@ -200,8 +123,10 @@ class LocalLister(Lister):
         batch_size: Rows per RecordBatch.
         hash_content: ETags are `content_etag` hashes of the bytes (every file is read), not
             mtime and size; a file that cannot be read is skipped and counted in `malformed`.
-        workers: Threads scanning sub-directories at once (1: one serial walk); the rows are
-            the same, in another order.
+        workers: Threads scanning sub-directories at once (1: one walk, shared with a helper
+            process once it is big, see `helper`); the rows are the same, in another order.
+        helper: With one worker, share a big walk with a helper process
+            (`connectors.local._walk`): two cores stat files, the GIL does not stand between.
 
     Raises (from `list`, at once):
         FileNotFoundError / NotADirectoryError / PermissionError: naming the root; a
@@ -213,10 +138,14 @@ class LocalLister(Lister):
     """
 
     def __init__(self, root: str | Path, recursive: bool = True, batch_size: int = 50_000,
-                 hash_content: bool = False, workers: int = 1) -> None:
+                 hash_content: bool = False, workers: int = 1, helper: bool = True) -> None:
         if batch_size < 1 or workers < 1:
             raise ValueError(f"need batch_size >= 1 and workers >= 1: {batch_size}, {workers}")
         self.workers = workers
+        self.helper = helper
+        #: rows the caller expects (say, the last listing's): a big walk starts its helper
+        #: process as soon as `list()` is called
+        self.expected_rows = 0
         self.root = os.fspath(root)
         self.recursive = recursive
         self.batch_size = batch_size
@@ -227,71 +156,120 @@ class LocalLister(Lister):
         return f"LocalLister({self.root!r}, recursive={self.recursive})"
 
     def list(self) -> Iterator[pa.RecordBatch]:
-        """Yield the volume's files in `LISTING_SCHEMA`, only non-empty batches."""
+        """Yield the volume's files in `LISTING_SCHEMA`, only non-empty batches. When
+        `expected_rows` says the walk is big, its helper process starts walking now, while
+        the caller still does other work; `close()` the iterator if it is not used up."""
         root = _check_root(self.root)
         self.malformed = 0
-        return self._batches(root)
+        walk = None
+        if (self.helper and self.workers == 1 and self.recursive
+                and self.expected_rows >= HELPER_AFTER):
+            walk = _HelperWalk(root, "", strict=True)
+            walk.start()
+        return _Listing(self._batches(root, walk), walk)
 
-    def _batches(self, root: str) -> Iterator[pa.RecordBatch]:
+    def _batches(self, root: str, walk: _HelperWalk | None = None,
+                 ) -> Iterator[pa.RecordBatch]:
+        """Batches of exactly `batch_size` rows (the last one shorter), whatever the sizes of
+        the directories walked; keys are checked a piece (thousands of files) at a time."""
+        pieces: list[pa.Table] = []
+        held = 0
         paths: list[str] = []
         sizes: list[int] = []
         mtimes_ns: list[int] = []
-        for found in _scan(root, recursive=self.recursive, strict=True, workers=self.workers):
-            paths.extend(found.paths)
-            sizes.extend(found.sizes)
-            mtimes_ns.extend(found.mtimes_ns)
-            if len(paths) >= self.batch_size:
-                for start in range(0, len(paths) - self.batch_size + 1, self.batch_size):
-                    end = start + self.batch_size
-                    batch = self._batch(root, paths[start:end], sizes[start:end],
-                                        mtimes_ns[start:end])
-                    if batch.num_rows:
-                        yield batch
-                rest = len(paths) - len(paths) % self.batch_size
-                paths, sizes, mtimes_ns = paths[rest:], sizes[rest:], mtimes_ns[rest:]
+        helper = self.helper and self.workers == 1 and self.recursive
+        walked = walk.run() if walk is not None else _scan(
+            root, recursive=self.recursive, strict=True, workers=self.workers, helper=helper)
+        for found in walked:
+            if isinstance(found, _Files):
+                if paths:
+                    pieces.append(self._piece(root, paths, sizes, mtimes_ns))
+                    paths, sizes, mtimes_ns = [], [], []
+                pieces.append(self._piece(root, found.paths, found.sizes, found.mtimes_ns,
+                                          found.etags))
+            else:
+                paths.extend(found.paths)
+                sizes.extend(found.sizes)
+                mtimes_ns.extend(found.mtimes_ns)
+                if len(paths) < self.batch_size:
+                    continue
+                pieces.append(self._piece(root, paths, sizes, mtimes_ns))
+                paths, sizes, mtimes_ns = [], [], []
+            held = sum(p.num_rows for p in pieces)
+            if held >= self.batch_size:
+                whole = pa.concat_tables(pieces)
+                cut = held - held % self.batch_size
+                for start in range(0, cut, self.batch_size):
+                    yield self._batch(root, whole.slice(start, self.batch_size))
+                pieces = [whole.slice(cut)] if cut < held else []
         if paths:
-            batch = self._batch(root, paths, sizes, mtimes_ns)
-            if batch.num_rows:
-                yield batch
+            pieces.append(self._piece(root, paths, sizes, mtimes_ns))
+        if pieces:
+            whole = pa.concat_tables(pieces)
+            for start in range(0, whole.num_rows, self.batch_size):
+                yield self._batch(root, whole.slice(start, self.batch_size))
         if self.malformed:
             logger.warning("skipped %d files with unsafe names under %s", self.malformed, root)
 
-    def _batch(self, root: str, paths: list[str], sizes: list[int],
-               mtimes_ns: list[int]) -> pa.RecordBatch:
-        """One batch, validating keys in bulk: keys joined from scandir names never have
-        empty, '.' or '..' segments, so only names with suspect characters (control
-        characters, backslashes, undecodable bytes) need the full check, and Arrow finds them
-        (undecodable bytes make the string array fail: then every key is checked)."""
-        path_array: pa.Array | None = None
+    def _piece(self, root: str, paths: pa.Array | list[str], sizes: list[int] | np.ndarray,
+               mtimes_ns: list[int] | np.ndarray, etags: pa.Array | None = None) -> pa.Table:
+        """Walked files as a table (relative_path, size, mtime_ns, etag) without the unsafe keys.
+        Keys joined from scandir names never have empty, '.' or '..' segments, so only names
+        with suspect characters (control characters, backslashes, undecodable bytes) need
+        the full check, and Arrow finds them (undecodable bytes make the string array fail:
+        then every key is checked)."""
+        array: pa.Array | None = paths if isinstance(paths, pa.Array) else None
         try:
-            path_array = pa.array(paths, pa.string())
-            suspect = pc.match_substring_regex(path_array, _SUSPECT_RE2)
-            bad = [i for i, flag in enumerate(suspect.to_pylist()) if flag] \
+            if array is None:
+                array = pa.array(paths, pa.string())
+            suspect = pc.match_substring_regex(array, _SUSPECT_RE2)
+            bad = np.flatnonzero(suspect.to_numpy(zero_copy_only=False)).tolist() \
                 if pc.any(suspect).as_py() else []
         except UnicodeEncodeError:
+            array = None
             bad = [i for i, key in enumerate(paths) if _SUSPECT.search(key)]
-        skip = set()
+        skip = []
         for i in bad:
+            key = paths[i] if array is None else array[i].as_py()
             try:
-                _check_key(paths[i])
+                _check_key(key)
             except InvalidPathError as exc:
-                skip.add(i)
+                skip.append(i)
                 self.malformed += 1
                 if self.malformed <= 10:
-                    logger.warning("skipping %s: %s", os.path.join(root, paths[i]), exc)
+                    logger.warning("skipping %s: %s", os.path.join(root, key), exc)
+        keep = None
         if skip:
-            keep = [i for i in range(len(paths)) if i not in skip]
-            paths = [paths[i] for i in keep]
-            sizes = [sizes[i] for i in keep]
-            mtimes_ns = [mtimes_ns[i] for i in keep]
+            keep = np.ones(len(paths), dtype=bool)
+            keep[skip] = False
+        if array is None:  # surrogates in some key: all of them were unsafe and skipped
+            kept = list(paths) if keep is None else [p for p, k in zip(paths, keep, strict=True)
+                                                     if k]
+            array = pa.array(kept, pa.string())
+        elif keep is not None:
+            array = array.filter(pa.array(keep))
+        size = np.asarray(sizes, dtype=np.int64)
+        mtime = np.asarray(mtimes_ns, dtype=np.int64)
+        if etags is None:
+            etags = _etags(mtime, size)
+        if keep is not None:
+            size, mtime, etags = size[keep], mtime[keep], etags.filter(pa.array(keep))
+        return pa.table([array, pa.array(size), pa.array(mtime), etags], schema=_RAW)
+
+    def _batch(self, root: str, rows: pa.Table) -> pa.RecordBatch:
+        """One listing batch of walked rows (relative_path, size, mtime_ns, etag)."""
+        rows = rows.combine_chunks()
+        path_array = rows["relative_path"].chunk(0) if rows.num_rows else pa.array([], pa.string())
+        sizes = rows["size"].to_numpy()
+        mtimes_ns = rows["mtime_ns"].to_numpy()
         if self.hash_content:
-            return self._hashed_batch(root, paths, sizes, mtimes_ns)
-        etags = [f"{m:x}-{n:x}" for m, n in zip(mtimes_ns, sizes, strict=True)]  # `_etag`
-        if skip or path_array is None:
-            path_array = pa.array(paths, pa.string())
+            return self._hashed_batch(root, path_array.to_pylist(), sizes.tolist(),
+                                      mtimes_ns.tolist())
+        etags = rows["etag"].chunk(0) if rows.num_rows else pa.array([], pa.string())
         return pa.RecordBatch.from_arrays(
-            [path_array, pa.array(sizes, pa.int64()), _microseconds(mtimes_ns),
-             pa.array(etags, pa.string())], schema=LISTING_SCHEMA)
+            [path_array, pa.array(sizes, pa.int64()),
+             pa.array(np.floor_divide(mtimes_ns, 1000), _TIMESTAMP), etags],
+            schema=LISTING_SCHEMA)
 
     def _hashed_batch(self, root: str, paths: list[str], sizes: list[int],
                       mtimes_ns: list[int]) -> pa.RecordBatch:
@@ -312,12 +290,55 @@ class LocalLister(Lister):
                               [mtimes_ns[i] // 1000 for i in keep], etags)
 
 
-def _microseconds(mtimes_ns: list[int]) -> pa.Array:
-    """`st_mtime_ns // 1000` as UTC timestamps (floor division, also before 1970)."""
-    ns = pa.array(mtimes_ns, pa.int64())
-    if mtimes_ns and min(mtimes_ns) < 0:
-        return pa.array([m // 1000 for m in mtimes_ns], pa.int64()).cast(_TIMESTAMP)
-    return pc.divide(ns, 1000).cast(_TIMESTAMP)
+#: "00".."ff" as little-endian uint16 pairs of ASCII digits, and 16**1 .. 16**15
+_HEX_PAIRS = np.array([int.from_bytes(f"{b:02x}".encode(), "little") for b in range(256)],
+                      np.uint16)
+_POWERS_16 = np.array([16**k for k in range(1, 16)], np.uint64)
+_COLUMNS = np.arange(33)
+
+
+def _etags(mtimes_ns: np.ndarray, sizes: np.ndarray) -> pa.Array:
+    """`_etag` (f"{mtime_ns:x}-{size:x}") of many files, vectorised: both numbers as 16 hex
+    digits side by side, leading zeros cut by one mask (twice as fast as formatting)."""
+    if len(sizes) and (mtimes_ns.min() < 0 or sizes.min() < 0):
+        return pa.array([f"{m:x}-{n:x}" for m, n in zip(mtimes_ns.tolist(), sizes.tolist(),
+                                                         strict=True)], pa.string())
+    m, n = mtimes_ns.astype(np.uint64), sizes.astype(np.uint64)
+    digits_m = np.searchsorted(_POWERS_16, m, side="right") + 1
+    digits_n = np.searchsorted(_POWERS_16, n, side="right") + 1
+    chars = np.empty((len(m), 33), np.uint8)
+    chars[:, :16] = _HEX_PAIRS[m.astype(">u8").view(np.uint8).reshape(-1, 8)].view(
+        np.uint8).reshape(-1, 16)
+    chars[:, 16] = ord("-")
+    chars[:, 17:] = _HEX_PAIRS[n.astype(">u8").view(np.uint8).reshape(-1, 8)].view(
+        np.uint8).reshape(-1, 16)
+    keep = (((_COLUMNS >= 16 - digits_m[:, None]) & (_COLUMNS < 16)) | (_COLUMNS == 16)
+            | (_COLUMNS >= 33 - digits_n[:, None]))
+    offsets = np.zeros(len(m) + 1, np.int32)
+    np.cumsum(digits_m + digits_n + 1, out=offsets[1:])
+    return pa.StringArray.from_buffers(len(m), pa.py_buffer(offsets),
+                                       pa.py_buffer(chars[keep]))
+
+
+class _Listing(Iterator[pa.RecordBatch]):
+    """`LocalLister.list()`'s batches; `close()` also stops a helper never iterated."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch], walk: _HelperWalk | None) -> None:
+        self._batches, self._walk = batches, walk
+
+    def __next__(self) -> pa.RecordBatch:
+        return next(self._batches)
+
+    def close(self) -> None:
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()
+        if self._walk is not None:
+            self._walk.close()
+
+    def __del__(self) -> None:
+        if self._walk is not None:
+            self._walk.close()
 
 
 def _listing_batch(paths: list[str], sizes: list[int], mtimes: list[int],

@@ -118,3 +118,23 @@ def test_same_paths_diff_finds_exactly_the_changed_files(catalog, data_dir):
     events, invalid = diff_listing(listing, stored, datetime.now(UTC))
     assert invalid == 0 and {e.relative_path for e in events} == changed
     assert {e.kind.value for e in events} == {"CREATED"} and {e.etag for e in events} == {"new"}
+
+
+def test_a_refresh_at_an_unchanged_version_reuses_the_rows_it_read(catalog, data_dir,
+                                                                    tmp_path):
+    import volume_stream as vs
+
+    _tree(data_dir, 30)
+    catalog.create_volume("vol", data_dir)
+    assert catalog.refresh("vol").version == 1
+    assert catalog.refresh("vol").version is None  # reads version 1's rows and keeps them
+    (data_dir / "d0" / "e0" / "f0000.bin").write_bytes(b"changed!")
+    m = catalog.refresh("vol")  # against the kept rows: still finds the change
+    assert (m.updated, m.version) == (1, 2)
+    (data_dir / "d1" / "e1" / "f0001.bin").unlink()
+    other = vs.connect(tmp_path / "warehouse")  # another process commits version 3
+    assert other.refresh("vol").deleted == 1
+    # version 3 now: rows kept from version 2 would delete the file a second time
+    assert catalog.refresh("vol").version is None
+    assert catalog.directory_table("vol").version() == 3
+    assert catalog.directory_table("vol").snapshot(columns=["relative_path"]).num_rows == 29

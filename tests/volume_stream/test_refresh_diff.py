@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind
@@ -75,3 +77,34 @@ def test_a_late_event_of_an_image_a_refresh_removed_does_not_bring_it_back(tmp_p
     newer = FileEvent.created("f", size=2, etag="e2", last_modified_time=T,
                               event_time=T + timedelta(minutes=2))
     assert dt.apply([newer]).version == 3  # written after the listing: back
+
+
+_paths = st.sampled_from([f"p{i}" for i in range(12)] + ["d/x", "d/y", "é/ü"])
+_row = st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None]), st.integers(0, 2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(stored=st.dictionaries(_paths, _row, max_size=12),
+       listed=st.dictionaries(_paths, _row, max_size=12), chunks=st.integers(1, 3))
+def test_diff_is_the_plain_rule_on_any_listing(stored, listed, chunks):
+    """The hash-lookup diff against a dict oracle of the rule: a listed path is CREATED when
+    not stored or changed (size, etag, or the time when an etag is missing); a stored path
+    not listed is REMOVED."""
+    def rows(d):
+        return [(p, size, T + timedelta(seconds=s), etag) for p, (size, etag, s) in d.items()]
+
+    listing = table(rows(listed))
+    if chunks > 1 and listing.num_rows:  # listings arrive in batches
+        step = max(1, listing.num_rows // chunks)
+        listing = pa.concat_tables([listing.slice(i, step)
+                                    for i in range(0, listing.num_rows, step)])
+    events, _ = diff_listing(listing, with_order(table(rows(stored))), T)
+    got = sorted((e.kind.value, e.relative_path) for e in events)
+    want = []
+    for p, (size, etag, s) in listed.items():
+        old = stored.get(p)
+        if old is None or old[0] != size or old[1] != etag or (
+                (etag is None or old[1] is None) and old[2] != s):
+            want.append(("CREATED", p))
+    want += [("REMOVED", p) for p in stored if p not in listed]
+    assert got == sorted(want)

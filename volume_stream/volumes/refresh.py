@@ -1,13 +1,13 @@
 """Full-listing reconcile (DESIGN §4.4): list a volume, diff the listing against the directory
 table's current version, and turn the difference into events for one `apply`.
 
-The diff is a vectorised join (no Python loop over the listing): Arrow on the driver for
-ordinary volumes, bucket group by bucket group (`diff_by_buckets`: a bucketed directory table
-is read a group of buckets at a time, so the stored rows are never all in memory next to the
-listing), Spark when the listing passes a threshold (millions of rows), so the join's memory
-and CPU go to the executors. Only the rows that differ come back and
-become `FileEvent`s. It heals missed events and backfills files that existed before the volume
-had a queue.
+The diff is vectorised (no Python loop over the listing): one hash lookup of the listed paths
+among the stored ones (`diff_listing`), on the driver, a group of buckets at a time
+(`diff_by_buckets` for a listing in memory, `diff_refresh` for one spilled per bucket
+partition by `_spill.Listing`), so neither the stored rows nor the listing of a huge volume
+are ever all in memory; in Spark when the listing passes `spark_diff_threshold`. Only the rows
+that differ become `FileEvent`s. It heals missed events and backfills files that existed
+before the volume had a queue.
 """
 
 from __future__ import annotations
@@ -15,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind, FileEvent, InvalidPathError
 from directory_table.layout import bucket_array
+from volume_stream.volumes._spill import Listing, accepted_rows
 
-__all__ = ["ROWS_PER_BUCKET_GROUP", "Progress", "counted", "diff_by_buckets", "diff_listing",
-           "diff_listing_spark", "group_size_for", "read_listing"]
+__all__ = ["ROWS_PER_BUCKET_GROUP", "Listing", "Progress", "accepted_rows", "counted",
+           "diff_by_buckets", "diff_listing", "diff_listing_spark", "diff_refresh",
+           "group_size_for", "read_listing"]
 
 #: `progress(stage, listed, changed)`: stage is "listing", "diffing" or "committing"
 Progress = Callable[[str, int, int], None]
@@ -51,17 +54,8 @@ def read_listing(batches: Iterable[pa.RecordBatch], accept: Callable[[str], bool
     """Collect a lister's batches into one table, keeping only paths the volume accepts:
     `accept(path)` per path, or, with `accept=None` (a volume without include/exclude globs),
     the same rule vectorised (no folder markers; no nested paths unless `recursive`)."""
-    table = pa.Table.from_batches(list(batches), schema=LISTING_SCHEMA)
-    if table.num_rows == 0:
-        return table
-    paths = table["relative_path"]
-    if accept is None:
-        drop = pc.ends_with(paths, "/")
-        if not recursive:
-            drop = pc.or_(drop, pc.match_substring(paths, "/"))
-        return table.filter(pc.invert(drop))
-    keep = pa.array([accept(p) for p in paths.to_pylist()], pa.bool_())
-    return table.filter(keep)
+    kept = [accepted_rows(b, accept, recursive) for b in batches]
+    return pa.Table.from_batches([b for b in kept if b.num_rows], schema=LISTING_SCHEMA)
 
 
 def counted(batches: Iterable[pa.RecordBatch], progress: Progress | None,
@@ -75,19 +69,26 @@ def counted(batches: Iterable[pa.RecordBatch], progress: Progress | None,
         yield batch
 
 
+#: `diff(listing, stored, listed_at, store_times=...)`: `diff_listing` or a Spark diff
+Diff = Callable[..., tuple[list[FileEvent], int]]
+
+
 def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None], pa.Table],
                     buckets: int, listed_at: datetime, *, store_times: bool = True,
                     group_size: int = 16, progress: Progress | None = None,
+                    diff: Diff | None = None, stored: pa.Table | None = None,
                     ) -> tuple[list[FileEvent], int]:
     """`diff_listing`, a group of `group_size` buckets at a time: the listing's rows of the
     group (by the table's bucket hash of their path) against `read_stored(group)`, the stored
-    rows of those buckets only (`read_stored(None)`: all of them, when there is one group).
-    The events are those of one whole diff; only one group's stored rows are held at once."""
+    rows of those buckets only (`read_stored(None)`: all of them, when there is one group;
+    `stored`: those rows, already read). The events are those of one whole diff; only one
+    group's stored rows are held at once."""
+    diff = diff or diff_listing
     events: list[FileEvent] = []
     invalid = 0
     if buckets <= 1 or group_size >= buckets:
-        events, invalid = diff_listing(listing, read_stored(None), listed_at,
-                                       store_times=store_times)
+        events, invalid = diff(listing, read_stored(None) if stored is None else stored,
+                               listed_at, store_times=store_times)
         if progress is not None:
             progress("diffing", listing.num_rows, len(events))
         return events, invalid
@@ -95,8 +96,8 @@ def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None],
     for start in range(0, buckets, group_size):
         stop = min(buckets, start + group_size)
         part = listing.filter(pc.and_(pc.greater_equal(of_path, start), pc.less(of_path, stop)))
-        found, bad = diff_listing(part, read_stored(list(range(start, stop))), listed_at,
-                                  store_times=store_times)
+        found, bad = diff(part, read_stored(list(range(start, stop))), listed_at,
+                          store_times=store_times)
         events.extend(found)
         invalid += bad
         if progress is not None:
@@ -104,10 +105,37 @@ def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None],
     return events, invalid
 
 
-def _differs(left: pa.Table, col: str) -> pa.ChunkedArray:
-    a, b = left[col], left[f"{col}_stored"]
-    eq = pc.fill_null(pc.equal(a, b), False)
-    return pc.invert(pc.or_(eq, pc.and_(pc.is_null(a), pc.is_null(b))))
+def diff_refresh(listing: Listing, read_stored: Callable[[list[int] | None], pa.Table],
+                 stored_rows: int, listed_at: datetime, *, store_times: bool = True,
+                 progress: Progress | None = None, diff: Diff | None = None,
+                 stored: pa.Table | None = None) -> tuple[list[FileEvent], int]:
+    """The diff of a whole listing (`Listing`, after `finish`) against the table holding
+    `stored_rows` rows: in memory by bucket groups (`diff_by_buckets`; `stored`: the stored
+    rows when already read and one group will do), or, for a spilled listing, a group of
+    partitions at a time, each read back from its spill files next to the stored rows of its
+    buckets only."""
+    diff = diff or diff_listing
+    if listing.in_memory:
+        table = listing.table()
+        buckets = listing.buckets
+        group_size = group_size_for(max(table.num_rows, stored_rows), buckets) \
+            if buckets > 1 else 1
+        if stored is not None and group_size < buckets:
+            stored = None  # read a group at a time instead
+        return diff_by_buckets(table, read_stored, buckets, listed_at, store_times=store_times,
+                               group_size=group_size, progress=progress, diff=diff,
+                               stored=stored)
+    events: list[FileEvent] = []
+    invalid = 0
+    for partitions in listing.groups(stored_rows):
+        part = listing.read(partitions)
+        found, bad = diff(part, read_stored(listing.buckets_of(partitions)), listed_at,
+                          store_times=store_times)
+        events.extend(found)
+        invalid += bad
+        if progress is not None:
+            progress("diffing", listing.rows, len(events))
+    return events, invalid
 
 
 def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
@@ -121,28 +149,30 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
     `store_times`: a created file's event time is its modification time, set by the store's
     clock as its events' times are (object stores). With False (local folders, whose mtimes
     anyone can set: `touch -d`, `cp -p`, archives) it is `listed_at`, the clock the local
-    listener stamps its events with, so a later event is always newer (DESIGN §4.2)."""
-    stored = stored.select(_KEYS + _ORDER).rename_columns(["relative_path"] + _STORED + _ORDER)
+    listener stamps its events with, so a later event is always newer (DESIGN §4.2).
+
+    The join is one hash lookup of the listing's paths among the stored ones (`index_in`;
+    paths are unique on both sides): the stored row of each listed path is taken beside it,
+    the stored rows no listed path found are the removed files. No sort, no Python per row
+    but for the rows that differ."""
     left = listing.select(_KEYS)
-    joined = _same_paths(left, stored)
-    if joined is None:
-        joined = left.join(stored, "relative_path", join_type="full outer")
-    return _events(joined, listed_at, store_times)
-
-
-def _same_paths(left: pa.Table, stored: pa.Table) -> pa.Table | None:
-    """The join when both sides hold the same paths (a refresh of a volume with no file added
-    or removed, the usual case): both sorted by path, side by side. A sort of each side costs
-    less than a hash join of millions of rows. None when the paths differ."""
-    if left.num_rows != stored.num_rows or left.num_rows == 0:
-        return None
-    left = left.take(pc.sort_indices(left["relative_path"]))
-    right = stored.take(pc.sort_indices(stored["relative_path"]))
-    if not pc.all(pc.equal(left["relative_path"], right["relative_path"])).as_py():
-        return None
-    return pa.Table.from_arrays(
-        [*left.columns, *(right[c] for c in right.column_names[1:])],
-        names=left.column_names + right.column_names[1:])
+    stored = stored.select(_KEYS + _ORDER)
+    paths = stored["relative_path"].combine_chunks() if stored.num_rows else \
+        pa.array([], pa.string())
+    index = pc.index_in(left["relative_path"], value_set=paths)
+    right = stored.select(_KEYS[1:]).rename_columns(_STORED).take(index)
+    joined = pa.Table.from_arrays([*left.columns, *right.columns],
+                                  names=left.column_names + right.column_names)
+    creates = joined.filter(pc.or_(pc.is_null(index), _changed(joined)))
+    found = index.drop_null() if isinstance(index, pa.Array) else \
+        pa.concat_arrays([c.drop_null() for c in index.chunks] or [pa.array([], pa.int32())])
+    if len(found) == stored.num_rows:
+        removes = stored.slice(0, 0)
+    else:
+        seen = np.zeros(stored.num_rows, dtype=bool)
+        seen[found.to_numpy(zero_copy_only=False)] = True
+        removes = stored.filter(pa.array(~seen))
+    return _events(creates, removes, listed_at, store_times)
 
 
 def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
@@ -160,8 +190,10 @@ def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: da
             & (~no_etag | F.col("last_modified_time").eqNullSafe(
                 F.col("last_modified_time_stored"))))
     differing = joined.where(~same).select(*_KEYS, *_STORED, *_ORDER).toArrow()
-    return _events(differing.cast(_joined_schema(listing.schema, stored.schema)), listed_at,
-                   store_times)
+    differing = differing.cast(_joined_schema(listing.schema, stored.schema))
+    present = pc.is_valid(differing["size"])
+    removes = differing.filter(pc.and_(pc.invert(present), pc.is_valid(differing["size_stored"])))
+    return _events(differing.filter(present), removes, listed_at, store_times)
 
 
 def _joined_schema(listing: pa.Schema, stored: pa.Schema) -> pa.Schema:
@@ -170,18 +202,27 @@ def _joined_schema(listing: pa.Schema, stored: pa.Schema) -> pa.Schema:
                      + [stored.field(c) for c in _ORDER])
 
 
-def _events(joined: pa.Table, listed_at: datetime, store_times: bool,
-            ) -> tuple[list[FileEvent], int]:
-    present = pc.is_valid(joined["size"])
-    was_stored = pc.is_valid(joined["size_stored"])
-    # The etag (with the size) decides when both sides have one: object stores report
-    # LastModified at a coarser precision in listings than in events, so comparing times
-    # would turn every refresh into spurious updates. Without etags, the time decides.
+def _differs(left: pa.Table, col: str) -> pa.ChunkedArray:
+    a, b = left[col], left[f"{col}_stored"]
+    eq = pc.fill_null(pc.equal(a, b), False)
+    return pc.invert(pc.or_(eq, pc.and_(pc.is_null(a), pc.is_null(b))))
+
+
+def _changed(joined: pa.Table) -> pa.ChunkedArray:
+    """Rows whose listed and stored images differ (both present). The etag (with the size)
+    decides when both sides have one: object stores report LastModified at a coarser
+    precision in listings than in events, so comparing times would turn every refresh into
+    spurious updates. Without etags, the time decides."""
     no_etag = pc.or_(pc.is_null(joined["etag"]), pc.is_null(joined["etag_stored"]))
-    changed = pc.or_(pc.or_(_differs(joined, "size"), _differs(joined, "etag")),
-                     pc.and_(no_etag, _differs(joined, "last_modified_time")))
-    creates = joined.filter(pc.and_(present, pc.or_(pc.invert(was_stored), changed)))
-    removes = joined.filter(pc.and_(pc.invert(present), was_stored))
+    return pc.fill_null(
+        pc.or_(pc.or_(_differs(joined, "size"), _differs(joined, "etag")),
+               pc.and_(no_etag, _differs(joined, "last_modified_time"))), False)
+
+
+def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_times: bool,
+            ) -> tuple[list[FileEvent], int]:
+    """CREATED events for the listed rows `creates`, REMOVED for the stored rows `removes`
+    (relative_path, _sequencer, _event_time)."""
     events: list[FileEvent] = []
     invalid = 0
     cols = creates.select(_KEYS).to_pydict()

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from connectors.base import ObjectReader
 from directory_table import DirectoryTable
+from directory_table.layout import Layout
 from volume_stream.errors import (
     AlreadyExistsError,
     InvalidInputError,
@@ -25,11 +31,12 @@ from volume_stream.volumes import refresh as listing_diff
 from volume_stream.volumes.backends import backend_for, check_options, normalize_location
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import (
+    Listing,
     Progress,
+    accepted_rows,
     counted,
-    diff_by_buckets,
     diff_listing_spark,
-    read_listing,
+    diff_refresh,
 )
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
@@ -53,6 +60,28 @@ class RefreshMetrics:
     seconds: float
 
 
+@dataclass
+class _Kept:
+    """A volume's directory table between refreshes, and the stored rows the last refresh
+    read (a snapshot of one version never changes: the next refresh at the same version, a
+    poller's over a quiet volume, needs no read)."""
+
+    table: DirectoryTable
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stored: pa.Table | None = None
+    stored_at: int | None = None
+
+    #: stored rows kept between refreshes, over all the volumes of a registry
+    MAX_ROWS: ClassVar[int] = 500_000
+
+    def keep(self, stored: pa.Table, version: int) -> None:
+        small = stored.num_rows <= self.MAX_ROWS
+        self.stored, self.stored_at = (stored, version) if small else (None, None)
+
+    def forget(self) -> None:
+        self.stored, self.stored_at = None, None
+
+
 class VolumeRegistry:
     """The volumes of `warehouse`. `spark` returns the session for large listing diffs."""
 
@@ -61,6 +90,8 @@ class VolumeRegistry:
         self._spark = spark
         self._runtime_options: dict[str, dict[str, Any]] = {}
         self._runtime_notifications: dict[str, Any] = {}
+        self._refresh_tables: dict[tuple[str, str], _Kept] = {}
+        self._tables_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lookups
     def spec(self, name: str, state: CatalogState | None = None) -> VolumeSpec:
@@ -191,45 +222,96 @@ class VolumeRegistry:
     def refresh(self, volume: str, progress: Progress | None = None) -> RefreshMetrics:
         spec = self.spec(volume)
         with converted(f"volume {volume!r}"):
-            return self._refresh(spec, progress)
+            kept = self._refresh_table(spec)
+            with kept.lock:  # one refresh of a volume at a time in this process
+                return self._refresh(spec, kept, progress)
 
-    def _refresh(self, spec: VolumeSpec, progress: Progress | None = None) -> RefreshMetrics:
-        table = self.table(spec)
+    def _refresh_table(self, spec: VolumeSpec) -> _Kept:
+        """The volume's directory table kept open for its refreshes (a poller refreshes over
+        and over: its Delta log is then brought up to date, not loaded again)."""
+        key = (spec.name, spec.id)
+        with self._tables_lock:
+            kept = self._refresh_tables.pop(key, None)
+            if kept is None:
+                kept = _Kept(self.table(spec))
+            self._refresh_tables[key] = kept  # the most recent last
+            while len(self._refresh_tables) > 64:
+                del self._refresh_tables[next(iter(self._refresh_tables))]
+            return kept
+
+    def _keep(self, kept: _Kept, stored: pa.Table, version: int) -> None:
+        """Keep `stored` for the next refresh, forgetting the least recently refreshed
+        volumes' rows past `_Kept.MAX_ROWS` in all."""
+        with self._tables_lock:
+            kept.keep(stored, version)
+            total = sum(k.stored.num_rows for k in self._refresh_tables.values()
+                        if k.stored is not None)
+            for other in self._refresh_tables.values():  # the least recent first
+                if total <= _Kept.MAX_ROWS:
+                    break
+                if other is not kept and other.stored is not None:
+                    total -= other.stored.num_rows
+                    other.forget()
+
+    def _refresh(self, spec: VolumeSpec, kept: _Kept,
+                 progress: Progress | None = None) -> RefreshMetrics:
+        table = kept.table
         started = datetime.now(UTC)
         # The version is pinned before listing: whatever the table learns while we list is
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
-        base = table.version()
+        dt = table.delta()
+        base, layout = dt.version(), Layout.of(dt)
+        buckets = layout.buckets if layout.bucketed else 1
+        stored_rows = int(pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"])
+                          .as_py() or 0)
         lister = backend_for(spec).lister(self.with_options(spec))
         globs = spec.options.get("include") or spec.options.get("exclude")
-        listing = read_listing(counted(lister.list(), progress),
-                               spec.accepts() if globs else None, recursive=spec.recursive)
+        accept = spec.accepts() if globs else None
         columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                    "_event_time"]
-        threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
-        store_times = spec.scheme != "file"  # local mtimes are no clock (DESIGN §4.2)
-        if listing.num_rows > threshold:
-            events, invalid = diff_listing_spark(self._spark(), listing,
-                                                 table.snapshot(base, columns=columns), started,
-                                                 store_times=store_times)
-        else:
-            layout = table.layout()
-            buckets = layout.buckets if layout.bucketed else 1
-            rows = max(listing.num_rows, table.file_count()) if buckets > 1 else 0
-            events, invalid = diff_by_buckets(
-                listing, lambda group: table.snapshot(base, columns=columns, buckets=group),
-                buckets, started, store_times=store_times,
-                group_size=listing_diff.group_size_for(rows, buckets), progress=progress)
+
+        def read_stored(group: list[int] | None) -> pa.Table:
+            return table.snapshot(base, columns=columns, buckets=group)
+
+        group_rows = listing_diff.ROWS_PER_BUCKET_GROUP
+        if hasattr(lister, "expected_rows"):  # a big local walk starts its helper at once
+            lister.expected_rows = stored_rows
+        batches = lister.list()  # a big local walk's helper process starts walking now
+        try:
+            stored = None  # the rows of a table of one diff group, read now
+            if kept.stored_at == base:  # what the last refresh read: this version's rows
+                stored = kept.stored
+            elif stored_rows <= group_rows:
+                stored = read_stored(None)
+                self._keep(kept, stored, base)
+            with Listing(buckets, spill_rows=group_rows) as listing:
+                for batch in counted(batches, progress):
+                    listing.add(accepted_rows(batch, accept, spec.recursive))
+                listing.finish()
+                threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+                diff = (partial(diff_listing_spark, self._spark())
+                        if listing.rows > threshold else None)
+                events, invalid = diff_refresh(
+                    listing, read_stored, stored_rows, started,
+                    store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
+                    progress=progress, diff=diff, stored=stored)
+                listed = listing.rows
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
         if progress is not None:
-            progress("committing", listing.num_rows, len(events))
+            progress("committing", listed, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
-        result = table.apply(events, listed_at_version=base)
+        result = table.apply(events, listed_at_version=base) if events else None
         seconds = (datetime.now(UTC) - started).total_seconds()
-        log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listing.num_rows,
-                 result.inserted, result.updated, result.deleted, seconds)
-        return RefreshMetrics(listed=listing.num_rows, inserted=result.inserted,
-                              updated=result.updated, deleted=result.deleted,
-                              version=result.version, invalid_paths=invalid, seconds=seconds)
+        counts = (result.inserted, result.updated, result.deleted) if result else (0, 0, 0)
+        log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listed, *counts,
+                 seconds)
+        return RefreshMetrics(listed=listed, inserted=counts[0], updated=counts[1],
+                              deleted=counts[2], version=result.version if result else None,
+                              invalid_paths=invalid, seconds=seconds)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         spec = self.with_options(self.spec(volume))
