@@ -2,18 +2,22 @@
 actions directly, instead of a delta-rs `merge`.
 
 A delta-rs merge of a batch that touches most buckets pays per-file overhead inside the merge
-(planning, a scan and two writers per partition: ~0.3 s for 1k events touching 128 buckets of a
-10k-row table) and re-reads the files the lookup has just read. Here one scan reads the touched
-files whole (all columns); the lookup, the planner and the new files all work from that one
-table:
+(planning, a scan and two writers per partition) and re-reads the files the lookup has just
+read. Here each touched file is read once, file by file on a few threads; the lookup, the
+planner and the new files all work from what was read:
 
 1. `load` reads the files of the batch's buckets whose min/max statistics bracket one of its
-   paths (`layout.touched_files`), with the file each row came from.
+   paths (`layout.touched_files`), each file on its own (in parallel: plain Parquet reads of
+   our own, never a scan of a delta-rs dataset), and keeps the rows holding one of the
+   batch's paths with the file and row they came from. The files' rows stay in memory when
+   they hold at most `MAX_LOADED_ROWS` rows; past that (overwrites spread over a huge table)
+   the commit reads each file again as it rewrites it, so memory stays bounded by a few files.
 2. The planner runs on the stored rows of the batch's paths, as for a merge.
-3. `commit` rewrites only the files holding a path the plan updates or deletes: their other
-   rows are carried over unchanged, the batch's new images added, sorted by path and split into
-   files of at most `max_rows_per_file` rows (one bucket per file). New paths of buckets with
-   no rewritten file go into new files of their own.
+3. `commit` rewrites only the files holding a path the plan updates or deletes, each file on
+   its own: its other rows are carried over as zero-copy slices, an updated row takes its new
+   image in place, a deleted one is dropped, so the file stays sorted by path without sorting.
+   A new path inside a rewritten file's path range joins that file (sorted in); other new
+   paths go into new files of their bucket. A file grown past `rows_per_file` is split.
 4. Change data is written as Delta `cdc` files (`_change_data/`, one per bucket): exactly the
    `insert`, `update_preimage`, `update_postimage` and `delete` rows of the changed paths. A
    reader of the change feed (delta-rs, Spark) reads a version's `cdc` files instead of its
@@ -24,58 +28,54 @@ table:
    the race gets `CommitFailedError` and re-plans, as with a merge; its files stay unreferenced
    (vacuum removes them).
 
-Only tables in the bucketed layout on a local disk or S3 take this path (`supported`), and
-only batches whose touched files hold at most `MAX_LOADED_ROWS` rows (memory); others keep the
-merge.
+Reading, rewriting and writing run on a small pool of daemon threads (`filestore`): Parquet
+decoding, encoding and file I/O release the GIL, so a batch spread over the whole table keeps
+both cores of a small machine busy. Only tables in the bucketed layout on a local disk or S3
+take this path (`supported`); others keep the merge.
 """
 
 from __future__ import annotations
 
-import io
+import bisect
 import json
-import os
-import queue
-import threading
 import uuid
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
 
+from directory_table.filestore import Store, run
 from directory_table.layout import (
     BUCKET_COLUMN,
     TARGET_FILE_SIZE_KEY,
     Layout,
-    plain_types,
     touched_files,
 )
 from directory_table.schema import TABLE_SCHEMA
-from directory_table.storage import s3_client, split_s3
 
 __all__ = ["Loaded", "commit", "load", "rows_per_file", "supported", "write_commit"]
 
 #: most rows per data file written here (a bigger bucket is split, sorted by path)
 MAX_ROWS_PER_FILE = 65_536
-#: most rows a rewrite reads into memory; a batch touching files holding more (overwrites
-#: spread over a huge table) is merged by delta-rs, which streams
+#: most rows of touched files a rewrite keeps in memory from `load` to `commit`; a batch
+#: touching files holding more is streamed (each file read again as it is rewritten)
 MAX_LOADED_ROWS = 2_000_000
 #: in-memory bytes of a directory-table row, as far as file sizing goes
 ROW_BYTES = 64
 _FILE = "__file"
-#: threads encoding and writing files (Parquet encoding and file I/O release the GIL)
-_WRITERS = int(os.environ.get("VS_WRITERS", "2"))
+_ROW = "__row"
 _CHANGE_TYPE = pa.field("_change_type", pa.string())
 _CDC_SCHEMA = TABLE_SCHEMA.append(_CHANGE_TYPE)
 #: columns given min/max statistics in the files this module writes (pruning uses the path)
 _STATS_COLUMNS = ("relative_path", "size", "_image_version")
+_FOUND_SCHEMA = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
+    pa.field(_FILE, pa.int32())).append(pa.field(_ROW, pa.int32()))
 
 
 def supported(dt: DeltaTable, layout: Layout) -> bool:
@@ -86,42 +86,35 @@ def supported(dt: DeltaTable, layout: Layout) -> bool:
 
 @dataclass
 class Loaded:
-    """The touched files of a batch, read whole."""
+    """The touched files of a batch, and the stored rows of its paths."""
 
-    #: every row of the files read, with `_bucket` and the index in `files` of its file
-    rows: pa.Table
-    #: the files read: (path relative to the table, size in bytes, bucket)
+    #: the files read, by bucket then path range: (path relative to the table, size, bucket)
     files: list[tuple[str, int, int]]
-    #: the rows holding one of the batch's paths, and their positions in `rows`
+    #: per file: its rows (`TABLE_SCHEMA`), or None when the commit must read it again
+    tables: list[pa.Table | None]
+    #: per file: its row count and its smallest and largest path (None when empty)
+    counts: list[int]
+    ranges: list[tuple[str | None, str | None]]
+    #: the rows holding one of the batch's paths, with `_bucket`, their file (index in
+    #: `files`) and their row in that file
     found: pa.Table
-    positions: np.ndarray
-
-    @classmethod
-    def of(cls, rows: pa.Table, files: list[tuple[str, int, int]], paths: list[str]) -> Loaded:
-        where = pc.is_in(rows["relative_path"], value_set=pa.array(paths, pa.string()))
-        positions = np.flatnonzero(where.to_numpy(zero_copy_only=False))
-        return cls(rows, files, rows.take(pa.array(positions, pa.int64())), positions)
+    store: Store
 
     def stored(self, paths: list[str]) -> pa.Table:
         """The rows of `paths` (those stored)."""
         keys = self.found["relative_path"]
         return self.found.filter(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
 
-
-def _is_local(uri: str) -> bool:
-    return uri.startswith("file://") or "://" not in uri
-
-
-def _local_root(uri: str) -> str:
-    return unquote(uri.removeprefix("file://")).rstrip("/")
+    def rows_of(self, i: int) -> pa.Table:
+        """The rows of file `i` (read again if they were not kept)."""
+        table = self.tables[i]
+        return table if table is not None else self.store.read(self.files[i][0])
 
 
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_LOADED_ROWS,
-         ) -> Loaded | None:
-    """Read whole every data file that may hold one of `paths` (see the module docstring);
-    None when they hold more than `max_rows` rows."""
-    from directory_table.layout import _files_dataset  # one reader for local and remote files
-
+         *, storage_options: dict[str, str] | None = None) -> Loaded:
+    """Read every data file that may hold one of `paths` (see the module docstring); keep
+    the files' rows when they hold at most `max_rows` rows."""
     actions = pa.table(dt.get_add_actions(flatten=True))
     wanted = set(touched_files(dt, layout, paths, actions))
     lows = (actions["min.relative_path"].to_pylist()
@@ -133,33 +126,36 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
                                            actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
                                            actions["num_records"].to_pylist(), lows, strict=True)
         if p in wanted)
-    # read in (bucket, path range) order: rows come out grouped by bucket, sorted by path
-    # inside it when the files' ranges do not overlap
     files = [(p, size, bucket) for bucket, _, p, size, _ in found]
-    counts = [n for *_, n in found]
-    if sum(n or 0 for n in counts) > max_rows:
-        return None  # too much to hold in memory at once: the caller merges instead
-    schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
-        pa.field(_FILE, pa.int32()))
-    if not files:
-        return Loaded.of(schema.empty_table(), files, paths)
-    dataset = _files_dataset(dt, [f[0] for f in files], TABLE_SCHEMA.names)
-    table = None
-    if all(n is not None for n in counts):
-        # one single-threaded scan, which keeps the files' order (measured: a threaded scan,
-        # or one naming each row's file, costs 2-4x as much on this 2-core machine)
-        table = dataset.to_table(columns=TABLE_SCHEMA.names, use_threads=False)
-    if table is None or table.num_rows != sum(counts):
-        # no (or wrong) row counts in the log: read file by file to know whose rows are whose
-        parts = [frag.to_table(columns=TABLE_SCHEMA.names, use_threads=False)
-                 for frag in dataset.get_fragments()]
-        counts = [t.num_rows for t in parts]
-        table = pa.concat_tables([plain_types(t) for t in parts], promote_options="permissive")
-    table = plain_types(table).cast(TABLE_SCHEMA)
-    index = np.repeat(np.arange(len(files), dtype=np.int32), counts)
-    buckets = np.array([f[2] for f in files], dtype=np.int32)[index]
-    table = table.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32()))
-    return Loaded.of(table.append_column(_FILE, pa.array(index, pa.int32())), files, paths)
+    keep = sum(n or 0 for *_, n in found) <= max_rows
+    by_bucket: dict[int, list[str]] = {}
+    for p in paths:
+        by_bucket.setdefault(layout.bucket_of(p), []).append(p)
+    value_sets = {b: pa.array(ps, pa.string()) for b, ps in by_bucket.items()}
+    store = Store(dt.table_uri, storage_options or {})
+
+    def read(i: int) -> tuple[pa.Table | None, pa.Table, int, tuple]:
+        path, _, bucket = files[i]
+        table = store.read(path)
+        keys = table["relative_path"]
+        rows = np.flatnonzero(pc.is_in(keys, value_set=value_sets[bucket]).to_numpy(
+            zero_copy_only=False)).astype(np.int32)
+        hits = table.take(pa.array(rows, pa.int32()))
+        n = len(rows)
+        hits = (hits.append_column(BUCKET_COLUMN, pa.array(np.full(n, bucket, np.int32)))
+                .append_column(_FILE, pa.array(np.full(n, i, np.int32)))
+                .append_column(_ROW, pa.array(rows, pa.int32())))
+        bounds = pc.min_max(keys).as_py()
+        return (table if keep else None), hits, table.num_rows, (bounds["min"], bounds["max"])
+
+    results = run(read, list(range(len(files))))
+    return Loaded(files=files, tables=[r[0] for r in results], counts=[r[2] for r in results],
+                  ranges=[r[3] for r in results], store=store,
+                  found=pa.concat_tables([_FOUND_SCHEMA.empty_table(), *(r[1] for r in results)]))
+
+
+#: a rewritten file with more edits than this is rebuilt with one `take` rather than slices
+_MAX_SLICED_EDITS = 32
 
 
 def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_rows: pa.Table,
@@ -167,98 +163,135 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
            custom_metadata: dict[str, Any], storage_options: dict[str, str]) -> None:
     """Write the files and the commit of one batch at `version` (see the module docstring).
 
-    `new_rows` are the images of `inserted` and `updated` paths (with `_bucket`);
-    `loaded` holds the stored rows of `updated` and `deleted` paths. Raises
+    `new_rows` are the images of `inserted` and `updated` paths (with `_bucket`, sorted by
+    bucket and path); `loaded` holds the stored rows of `updated` and `deleted` paths. Raises
     `CommitFailedError` when another writer made `version` first.
     """
-    rows = loaded.rows
-    names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
+    names = TABLE_SCHEMA.names
+    found = loaded.found
     images = new_rows.filter(pc.is_in(new_rows["relative_path"],
                                       value_set=pa.array(updated, pa.string())))
-    # per stored row: the index of its new image (-1: not updated), whether it is deleted;
-    # worked out on the rows of the batch's paths only, then spread over all rows
-    found = loaded.found["relative_path"]
-    image_of = np.full(rows.num_rows, -1, dtype=np.int64)
-    image_of[loaded.positions] = pc.fill_null(
-        pc.index_in(found, value_set=images["relative_path"]), -1).to_numpy()
-    gone = np.zeros(rows.num_rows, dtype=bool)
-    if deleted:
-        gone[loaded.positions] = pc.is_in(found, value_set=pa.array(
-            deleted, pa.string())).to_numpy(zero_copy_only=False)
-    hit = (image_of >= 0) | gone
-    file_of = rows[_FILE].to_numpy()
-    rewritten = np.unique(file_of[hit]).tolist()
-    # the rows of the rewritten files, in their order (files ordered by bucket and path range):
-    # an updated row takes its new image in place, a deleted one is dropped, so the files'
-    # sort order holds without sorting anything; one `take` builds them
-    keep = np.flatnonzero(np.isin(file_of, rewritten) & ~gone)
-    source = keep.copy()
-    moved = image_of[keep] >= 0
-    source[moved] = rows.num_rows + image_of[keep][moved]
-    # one chunk: `take` over the scan's many small chunks costs several times more
-    both = pa.concat_tables([rows.select(names),
-                             images.select(names).cast(rows.select(names).schema)])
-    kept = both.combine_chunks().take(pa.array(source, pa.int64()))
-    new_paths = new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                         value_set=pa.array(inserted, pa.string())))
-    data = _with_new_paths(kept, new_paths.select(names).cast(kept.schema))
+    image_rows = images.select(names).cast(TABLE_SCHEMA).combine_chunks()
+    keys = found["relative_path"]
+    # per stored row of the batch's paths: its new image (-1: none), whether it is deleted
+    image_of = pc.fill_null(pc.index_in(keys, value_set=images["relative_path"]), -1).to_numpy()
+    gone = (pc.is_in(keys, value_set=pa.array(deleted, pa.string())).to_numpy(
+        zero_copy_only=False) if deleted else np.zeros(found.num_rows, dtype=bool))
+    hit = np.flatnonzero((image_of >= 0) | gone)
+    file_of, row_of = found[_FILE].to_numpy()[hit], found[_ROW].to_numpy()[hit]
+    order = np.lexsort((row_of, file_of))
+    file_of, row_of, image_at = file_of[order], row_of[order], image_of[hit][order]
+    cuts = [0, *(np.flatnonzero(file_of[1:] != file_of[:-1]) + 1).tolist(), len(file_of)]
+    edits = {int(file_of[a]): (row_of[a:b], image_at[a:b]) for a, b in
+             zip(cuts, cuts[1:], strict=False) if b > a}
+    new = new_rows.filter(pc.is_in(new_rows["relative_path"],
+                                   value_set=pa.array(inserted, pa.string())))
+    joins, rest = _place_new_paths(loaded, sorted(edits), new)
+    new_plain = new.select(names).cast(TABLE_SCHEMA)
 
-    stored = rows.take(pa.array(np.flatnonzero(hit), pa.int64())).drop_columns([_FILE])
+    def rewrite_file(i: int) -> tuple[int, pa.Table]:
+        rows, at = edits[i]
+        table = _edited(loaded.rows_of(i), rows, at, image_rows)
+        if i in joins:  # new paths inside the file's range: sorted in
+            table = pa.concat_tables([table, new_plain.take(pa.array(joins[i], pa.int64()))]
+                                     ).sort_by("relative_path")
+        return loaded.files[i][2], table
+
+    adds: list = [lambda i=i: rewrite_file(i) for i in sorted(edits)]
+    adds += list(_by_bucket(new.take(pa.array(rest, pa.int64())).select(
+        [*names, BUCKET_COLUMN]))) if rest else []
+
+    stored = found.take(pa.array(hit, pa.int64())).drop_columns([_FILE, _ROW])
     cdc = pa.concat_tables([
-        _tagged(new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                         value_set=pa.array(inserted, pa.string()))), "insert"),
+        _tagged(new, "insert"),
         _tagged(stored.filter(pc.is_in(stored["relative_path"],
                                        value_set=pa.array(updated, pa.string()))),
                 "update_preimage"),
-        _tagged(new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                         value_set=pa.array(updated, pa.string()))),
-                "update_postimage"),
+        _tagged(images, "update_postimage"),
         _tagged(stored.filter(pc.is_in(stored["relative_path"],
                                        value_set=pa.array(deleted, pa.string()))), "delete"),
     ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
 
-    removes = [loaded.files[i] for i in rewritten]
-    write_commit(dt, version, removes=removes, adds=list(data), cdc=list(_by_bucket(cdc)),
+    removes = [loaded.files[i] for i in sorted(edits)]
+    copied = sum(loaded.counts[i] for i in edits) - len(hit)
+    write_commit(dt, version, removes=removes, adds=adds, cdc=list(_by_bucket(cdc)),
                  data_change=True, now=now, storage_options=storage_options,
                  operation=("WRITE", {"mode": "Append", "rewrite": "volume-stream"}),
-                 custom_metadata=custom_metadata,
-                 metrics={"numCopiedRows": kept.num_rows - images.num_rows})
+                 custom_metadata=custom_metadata, metrics={"numCopiedRows": copied})
+
+
+def _edited(table: pa.Table, rows: np.ndarray, at: np.ndarray, images: pa.Table) -> pa.Table:
+    """`table` with row `rows[j]` replaced by image `at[j]` of `images` (dropped when
+    `at[j]` is -1). Few edits: zero-copy slices of the carried rows around the images."""
+    if len(rows) <= _MAX_SLICED_EDITS:
+        parts, start = [], 0
+        for r, k in zip(rows.tolist(), at.tolist(), strict=True):
+            if r > start:
+                parts.append(table.slice(start, r - start))
+            if k >= 0:
+                parts.append(images.slice(k, 1))
+            start = r + 1
+        if start < table.num_rows:
+            parts.append(table.slice(start))
+        return pa.concat_tables(parts) if parts else table.slice(0, 0)
+    n = table.num_rows
+    source = np.arange(n, dtype=np.int64)
+    source[rows] = np.where(at >= 0, n + at, -1)
+    source = source[source >= 0]
+    return pa.concat_tables([table, images]).combine_chunks().take(pa.array(source))
+
+
+def _place_new_paths(loaded: Loaded, rewritten: list[int], new: pa.Table,
+                     ) -> tuple[dict[int, list[int]], list[int]]:
+    """New paths (rows of `new`) inside the path range of a rewritten file of their bucket
+    join that file: {file: rows}; the others (their rows) go into new files."""
+    ranges: dict[int, tuple[list[str], list[str], list[int]]] = {}
+    for i in sorted(rewritten, key=lambda i: (loaded.files[i][2], loaded.ranges[i][0] or "")):
+        lo, hi = loaded.ranges[i]
+        if lo is not None:
+            los, his, ids = ranges.setdefault(loaded.files[i][2], ([], [], []))
+            los.append(lo)
+            his.append(hi)
+            ids.append(i)
+    joins: dict[int, list[int]] = {}
+    rest: list[int] = []
+    buckets = new[BUCKET_COLUMN].to_pylist()
+    for k, (path, bucket) in enumerate(zip(new["relative_path"].to_pylist(), buckets,
+                                           strict=True)):
+        los, his, ids = ranges.get(bucket, ((), (), ()))
+        j = bisect.bisect_right(los, path) - 1
+        if j >= 0 and path <= his[j]:
+            joins.setdefault(ids[j], []).append(k)
+        else:
+            rest.append(k)
+    return joins, rest
 
 
 def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, int]],
-                 adds: list[tuple[int, pa.Table]], cdc: list[tuple[int, pa.Table]],
+                 adds: list, cdc: list[tuple[int, pa.Table]],
                  data_change: bool, now: datetime, storage_options: dict[str, str],
                  operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
                  metrics: dict[str, int] | None = None) -> None:
-    """Write the data files (`adds`: rows of one bucket each, split into files of the table's
-    size) and change files of one commit, then create its log entry at exactly `version`
-    (`CommitFailedError` if another writer made it first). `removes`: (path, size, bucket) of
-    the files the commit replaces. `data_change=False` marks a commit that changes no row
-    (compaction): readers of the change feed skip it."""
-    max_rows_per_file = rows_per_file(dt)
-    store = _Store(dt.table_uri, storage_options)
+    """Write the data files (`adds`: rows of one bucket each, as `(bucket, table)` or a
+    function making it on a writer thread; split into files of the table's size) and change
+    files of one commit, then create its log entry at exactly `version` (`CommitFailedError`
+    if another writer made it first). `removes`: (path, size, bucket) of the files the commit
+    replaces. `data_change=False` marks a commit that changes no row (compaction): readers of
+    the change feed skip it."""
+    max_rows = rows_per_file(dt)
+    store = Store(dt.table_uri, storage_options)
     stamp = int(now.timestamp() * 1000)
     actions: list[dict] = [
         {"remove": {"path": path, "dataChange": data_change, "deletionTimestamp": stamp,
                     "extendedFileMetadata": True,
                     "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}}
         for path, size, bucket in removes]
-    jobs: list[tuple[str, str, int, pa.Table]] = []
-    for bucket, rows_of_bucket in adds:
-        # equal parts of at most `max_rows_per_file` rows (no small remainder file)
-        parts = -(-rows_of_bucket.num_rows // max_rows_per_file)
-        step = -(-rows_of_bucket.num_rows // max(1, parts))
-        for start in range(0, rows_of_bucket.num_rows, max(1, step)):
-            chunk = rows_of_bucket.slice(start, step).select(TABLE_SCHEMA.names)
-            jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
-                                ".snappy.parquet", bucket, chunk))
-    for bucket, part in cdc:
-        jobs.append(("cdc", f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
-                            ".c000.snappy.parquet", bucket, part.select(_CDC_SCHEMA.names)))
-    store.make_dirs({os.path.dirname(path) for _, path, _, _ in jobs})
 
-    def write(job: tuple[str, str, int, pa.Table]) -> dict:
-        kind, path, bucket, table = job
+    def write(kind: str, bucket: int, table: pa.Table) -> dict:
+        path = (f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+                if kind == "add" else
+                f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
+                ".c000.snappy.parquet")
         size = store.put(path, table)
         action = {"path": path, "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}
         if kind == "add":
@@ -267,15 +300,32 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
             action.update(dataChange=False)
         return {kind: action}
 
-    actions += (_pool().map(write, jobs) if len(jobs) > 1 and _WRITERS > 1
-                else [write(j) for j in jobs])
+    def write_rows(made: Callable[[], tuple[int, pa.Table]]) -> list[dict]:
+        bucket, rows = made()
+        return [write("add", bucket, part) for part in _split(rows, max_rows)]
+
+    jobs: list[Callable[[], list[dict]]] = []
+    for add in adds:
+        if callable(add):
+            jobs.append(lambda add=add: write_rows(add))
+        else:  # rows at hand: one job per file
+            bucket, rows = add
+            jobs += [lambda b=bucket, p=part: [write("add", b, p)]
+                     for part in _split(rows, max_rows)]
+    jobs += [lambda b=bucket, p=part: [write("cdc", b, p.select(_CDC_SCHEMA.names))]
+             for bucket, part in cdc]
+    store.make_dirs({f"{BUCKET_COLUMN}={b}" for b in range(_buckets(dt))} if adds else set())
+    store.make_dirs({f"_change_data/{BUCKET_COLUMN}={b}" for b, _ in cdc})
+    actions += [a for made in run(lambda job: job(), jobs) for a in made]
+    adds_made = [a["add"] for a in actions if "add" in a]
     name, parameters = operation
     info = {"timestamp": stamp, "operation": name, "operationParameters": parameters,
             "readVersion": version - 1, "isolationLevel": "Serializable",
             "isBlindAppend": False, **(custom_metadata or {}),
             "operationMetrics": {"numRemovedFiles": len(removes),
-                                 "numAddedFiles": sum(1 for a in actions if "add" in a),
-                                 "numOutputRows": sum(t.num_rows for _, t in adds),
+                                 "numAddedFiles": len(adds_made),
+                                 "numOutputRows": sum(json.loads(a["stats"])["numRecords"]
+                                                      for a in adds_made),
                                  "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a),
                                  **(metrics or {})}}
     body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
@@ -289,67 +339,17 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
         dt.create_checkpoint()
 
 
-class _Writers:
-    """A few daemon threads started once per process (starting threads per commit costs
-    milliseconds on a busy machine); `map` runs jobs on them and returns results in order.
-    Daemon threads: a commit waits for its files before writing its log entry, so nothing a
-    commit needs is ever left half done at exit."""
-
-    def __init__(self, count: int):
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        for i in range(count):
-            threading.Thread(target=self._work, name=f"directory-table-writer-{i}",
-                             daemon=True).start()
-
-    def _work(self) -> None:
-        while True:
-            fn, arg, future = self.jobs.get()
-            try:
-                future.set_result(fn(arg))
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
-
-    def map(self, fn, args: list) -> list:
-        futures = []
-        for arg in args:
-            future: Future = Future()
-            self.jobs.put((fn, arg, future))
-            futures.append(future)
-        return [f.result() for f in futures]
+def _buckets(dt: DeltaTable) -> int:
+    return Layout.of(dt).buckets
 
 
-_POOL: _Writers | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> _Writers:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = _Writers(_WRITERS)
-    return _POOL
-
-
-def _with_new_paths(kept: pa.Table, new: pa.Table) -> list[tuple[int, pa.Table]]:
-    """(bucket, rows) to write: each bucket's rewritten rows with the bucket's new paths.
-    New paths that all sort after the rewritten rows are appended; otherwise the bucket's rows
-    are sorted by path (a bucket without rewritten rows gets its sorted new paths alone)."""
-    out: dict[int, list[pa.Table]] = {}
-    for bucket, rows in _by_bucket(kept):
-        out.setdefault(bucket, []).append(rows)
-    for bucket, rows in _by_bucket(new):
-        out.setdefault(bucket, []).append(rows)
-    result = []
-    for bucket, parts in out.items():
-        if len(parts) == 1:
-            result.append((bucket, parts[0]))
-            continue
-        rows = pa.concat_tables(parts)
-        first_new = pc.min(parts[-1]["relative_path"]).as_py()
-        if not all(pc.max(p["relative_path"]).as_py() < first_new for p in parts[:-1]):
-            rows = rows.sort_by("relative_path")
-        result.append((bucket, rows))
-    return sorted(result, key=lambda r: r[0])
+def _split(rows: pa.Table, max_rows: int) -> list[pa.Table]:
+    """`rows` in equal parts of at most `max_rows` rows (no small remainder file); none when
+    empty."""
+    parts = -(-rows.num_rows // max_rows)
+    step = -(-rows.num_rows // max(1, parts)) if parts else 1
+    return [rows.slice(start, step).select(TABLE_SCHEMA.names)
+            for start in range(0, rows.num_rows, step)]
 
 
 def rows_per_file(dt: DeltaTable) -> int:
@@ -377,20 +377,6 @@ def _by_bucket(table: pa.Table):
         yield int(buckets[a]), table.slice(a, b - a)
 
 
-#: Parquet settings of the files written here. Dictionary encoding and column statistics for
-#: every column cost more per small file than the rest of the write (measured: 32 files of
-#: 640 rows in 25-30 ms with pyarrow's defaults, 8 ms with these); Delta readers prune on the
-#: statistics in the log, which `_stats` writes.
-_PARQUET = {"compression": "snappy", "use_dictionary": False,
-            "write_statistics": ["relative_path"]}
-
-
-def _parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, **_PARQUET)
-    return sink.getvalue()
-
-
 def _stats(chunk: pa.Table) -> str:
     mins, maxs, nulls = {}, {}, {}
     for name in _STATS_COLUMNS:
@@ -403,58 +389,3 @@ def _stats(chunk: pa.Table) -> str:
                        "nullCount": nulls}, separators=(",", ":"))
 
 
-class _Store:
-    """Puts files and the log entry of one commit next to the table (local disk or S3)."""
-
-    def __init__(self, table_uri: str, options: dict[str, str]):
-        self.local = _is_local(table_uri)
-        if self.local:
-            self.root = _local_root(table_uri)
-        else:
-            self.bucket, prefix = split_s3(table_uri)
-            self.prefix = prefix.rstrip("/")
-            self.client = s3_client(options)
-
-    def make_dirs(self, folders: set[str]) -> None:
-        if self.local:
-            for folder in folders:
-                if not os.path.isdir(f"{self.root}/{folder}"):
-                    os.makedirs(f"{self.root}/{folder}", exist_ok=True)
-
-    def put(self, path: str, table: pa.Table) -> int:
-        """Write `table` as a Parquet file at `path` (relative to the table); its size."""
-        if self.local:
-            full = f"{self.root}/{path}"
-            pq.write_table(table, full, **_PARQUET)
-            return os.path.getsize(full)
-        data = _parquet(table)
-        self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{path}", Body=data)
-        return len(data)
-
-    def create_log_entry(self, version: int, body: bytes) -> None:
-        """Create `_delta_log/<version>.json`, or raise CommitFailedError if it exists."""
-        name = f"_delta_log/{version:020d}.json"
-        if self.local:
-            final = f"{self.root}/{name}"
-            tmp = f"{self.root}/_delta_log/_commit_{uuid.uuid4()}.json.tmp"
-            with open(tmp, "wb") as f:
-                f.write(body)
-            try:
-                os.link(tmp, final)
-            except FileExistsError as exc:
-                raise CommitFailedError(f"version {version} already exists") from exc
-            finally:
-                os.unlink(tmp)
-            return
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=body,
-                                   IfNoneMatch="*")
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409,
-                                                                                        412):
-                raise CommitFailedError(f"version {version} already exists") from exc
-            raise
