@@ -9,9 +9,9 @@ planner and the new files all work from what was read:
 1. `load` reads the files of the batch's buckets whose min/max statistics bracket one of its
    paths (`layout.touched_files`), each file on its own (in parallel: plain Parquet reads of
    our own, never a scan of a delta-rs dataset), and keeps the rows holding one of the
-   batch's paths with the file and row they came from. The files' rows stay in memory when
-   they hold at most `MAX_LOADED_ROWS` rows; past that (overwrites spread over a huge table)
-   the commit reads each file again as it rewrites it, so memory stays bounded by a few files.
+   batch's paths with the file and row they came from. The files' rows stay in memory up to
+   `MAX_LOADED_ROWS` rows in all; past that (overwrites spread over a huge table) the commit
+   reads the other files again as it rewrites them, so memory stays bounded.
 2. The planner runs on the stored rows of the batch's paths, as for a merge.
 3. `commit` rewrites only the files holding a path the plan updates or deletes, each file on
    its own: its other rows are carried over as zero-copy slices, an updated row takes its new
@@ -114,7 +114,7 @@ class Loaded:
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_LOADED_ROWS,
          *, storage_options: dict[str, str] | None = None) -> Loaded:
     """Read every data file that may hold one of `paths` (see the module docstring); keep
-    the files' rows when they hold at most `max_rows` rows."""
+    the rows of the first files, up to `max_rows` rows in all."""
     actions = pa.table(dt.get_add_actions(flatten=True))
     wanted = set(touched_files(dt, layout, paths, actions))
     lows = (actions["min.relative_path"].to_pylist()
@@ -127,7 +127,8 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
                                            actions["num_records"].to_pylist(), lows, strict=True)
         if p in wanted)
     files = [(p, size, bucket) for bucket, _, p, size, _ in found]
-    keep = sum(n or 0 for *_, n in found) <= max_rows
+    # keep the files' rows up to `max_rows` in all (in file order); the others are read again
+    keep = (np.cumsum([n or 0 for *_, n in found]) <= max_rows).tolist()
     by_bucket: dict[int, list[str]] = {}
     for p in paths:
         by_bucket.setdefault(layout.bucket_of(p), []).append(p)
@@ -146,7 +147,7 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
                 .append_column(_FILE, pa.array(np.full(n, i, np.int32)))
                 .append_column(_ROW, pa.array(rows, pa.int32())))
         bounds = pc.min_max(keys).as_py()
-        return (table if keep else None), hits, table.num_rows, (bounds["min"], bounds["max"])
+        return (table if keep[i] else None), hits, table.num_rows, (bounds["min"], bounds["max"])
 
     results = run(read, list(range(len(files))))
     return Loaded(files=files, tables=[r[0] for r in results], counts=[r[2] for r in results],
