@@ -27,6 +27,7 @@ from directory_table.storage import s3_client, split_s3
 
 __all__ = ["PARQUET", "Store", "run"]
 
+_NAMES = TABLE_SCHEMA.names
 #: threads reading, encoding and writing files (Parquet and file I/O release the GIL)
 WRITERS = int(os.environ.get("VS_WRITERS", "2"))
 
@@ -105,6 +106,8 @@ def _parquet(table: pa.Table) -> pa.Buffer:
 
 def _conform(table: pa.Table) -> pa.Table:
     """A data file's rows as `TABLE_SCHEMA` (plain types; columns it lacks are null)."""
+    if table.schema.equals(TABLE_SCHEMA):
+        return table
     table = plain_types(table)
     if table.column_names != TABLE_SCHEMA.names:
         table = pa.table({f.name: (table[f.name] if f.name in table.column_names
@@ -137,7 +140,8 @@ class Store:
         # whole small files: one read, then no pre-buffering (measured ~1/3 less per file
         # than letting Parquet open and pre-buffer the file itself)
         file = pq.ParquetFile(pa.py_buffer(body), pre_buffer=False)
-        columns = [n for n in TABLE_SCHEMA.names if n in file.schema_arrow.names]
+        names = file.schema_arrow.names
+        columns = _NAMES if names == _NAMES else [n for n in _NAMES if n in names]
         return _conform(file.read(columns=columns, use_threads=False))
 
     def make_dirs(self, folders: set[str]) -> None:

@@ -52,6 +52,7 @@ from deltalake import DeltaTable
 
 from directory_table.filestore import Store, run
 from directory_table.layout import (
+    _STATS_PREFIX_LEN,
     BUCKET_COLUMN,
     TARGET_FILE_SIZE_KEY,
     Layout,
@@ -92,7 +93,8 @@ class Loaded:
     files: list[tuple[str, int, int]]
     #: per file: its rows (`TABLE_SCHEMA`), or None when the commit must read it again
     tables: list[pa.Table | None]
-    #: per file: its row count and its smallest and largest path (None when empty)
+    #: per file: its row count, and its smallest and largest path as its statistics say (None:
+    #: no statistics; a long max may be truncated)
     counts: list[int]
     ranges: list[tuple[str | None, str | None]]
     #: the rows holding one of the batch's paths, with `_bucket`, their file (index in
@@ -117,42 +119,56 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
     the rows of the first files, up to `max_rows` rows in all."""
     actions = pa.table(dt.get_add_actions(flatten=True))
     wanted = set(touched_files(dt, layout, paths, actions))
-    lows = (actions["min.relative_path"].to_pylist()
-            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
+    cols = actions.column_names
+    lows = (actions["min.relative_path"].to_pylist() if "min.relative_path" in cols
+            else [None] * actions.num_rows)
+    highs = (actions["max.relative_path"].to_pylist() if "max.relative_path" in cols
+             else [None] * actions.num_rows)
     found = sorted(
-        (int(bucket), low or "", p, int(size), n)
-        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
-                                           actions["size_bytes"].to_pylist(),
-                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
-                                           actions["num_records"].to_pylist(), lows, strict=True)
+        (int(bucket), low or "", p, int(size), n, low, high)
+        for p, size, bucket, n, low, high in zip(
+            actions["path"].to_pylist(), actions["size_bytes"].to_pylist(),
+            actions[f"partition.{BUCKET_COLUMN}"].to_pylist(), actions["num_records"].to_pylist(),
+            lows, highs, strict=True)
         if p in wanted)
-    files = [(p, size, bucket) for bucket, _, p, size, _ in found]
+    files = [(p, size, bucket) for bucket, _, p, size, *_ in found]
     # keep the files' rows up to `max_rows` in all (in file order); the others are read again
-    keep = (np.cumsum([n or 0 for *_, n in found]) <= max_rows).tolist()
+    keep = (np.cumsum([f[4] or 0 for f in found]) <= max_rows).tolist()
     by_bucket: dict[int, list[str]] = {}
-    for p in paths:
+    for p in sorted(set(paths)):
         by_bucket.setdefault(layout.bucket_of(p), []).append(p)
-    value_sets = {b: pa.array(ps, pa.string()) for b, ps in by_bucket.items()}
+    # per file, the batch's paths its statistics bracket (a small set to look up)
+    candidates = [_bracketed(by_bucket.get(bucket, []), low, high)
+                  for bucket, _, _, _, _, low, high in found]
     store = Store(dt.table_uri, storage_options or {})
 
-    def read(i: int) -> tuple[pa.Table | None, pa.Table, int, tuple]:
+    def read(i: int) -> tuple[pa.Table | None, pa.Table, int]:
         path, _, bucket = files[i]
         table = store.read(path)
-        keys = table["relative_path"]
-        rows = np.flatnonzero(pc.is_in(keys, value_set=value_sets[bucket]).to_numpy(
-            zero_copy_only=False)).astype(np.int32)
+        rows = np.flatnonzero(pc.is_in(table["relative_path"], value_set=pa.array(
+            candidates[i], pa.string())).to_numpy(zero_copy_only=False)).astype(np.int32)
         hits = table.take(pa.array(rows, pa.int32()))
         n = len(rows)
         hits = (hits.append_column(BUCKET_COLUMN, pa.array(np.full(n, bucket, np.int32)))
                 .append_column(_FILE, pa.array(np.full(n, i, np.int32)))
                 .append_column(_ROW, pa.array(rows, pa.int32())))
-        bounds = pc.min_max(keys).as_py()
-        return (table if keep[i] else None), hits, table.num_rows, (bounds["min"], bounds["max"])
+        return (table if keep[i] else None), hits, table.num_rows
 
     results = run(read, list(range(len(files))))
     return Loaded(files=files, tables=[r[0] for r in results], counts=[r[2] for r in results],
-                  ranges=[r[3] for r in results], store=store,
+                  ranges=[(low, high) for *_, low, high in found], store=store,
                   found=pa.concat_tables([_FOUND_SCHEMA.empty_table(), *(r[1] for r in results)]))
+
+
+def _bracketed(sorted_paths: list[str], low: str | None, high: str | None) -> list[str]:
+    """The paths p with low <= p <= high (None: unbounded); a high as long as the statistics'
+    truncation length may be a prefix of the real max: the paths it prefixes count too."""
+    start = bisect.bisect_left(sorted_paths, low) if low is not None else 0
+    if high is None:
+        return sorted_paths[start:]
+    if len(high) >= _STATS_PREFIX_LEN:
+        high += chr(0x10FFFF)
+    return sorted_paths[start:bisect.bisect_right(sorted_paths, high)]
 
 
 #: a rewritten file with more edits than this is rebuilt with one `take` rather than slices
