@@ -28,6 +28,8 @@ from directory_table.storage import s3_client, split_s3
 __all__ = ["PARQUET", "Store", "run"]
 
 _NAMES = TABLE_SCHEMA.names
+#: runs of items `run` hands each writer thread (a few: a slow item does not hold up the rest)
+_RUNS_PER_WRITER = 4
 #: threads reading, encoding and writing files (Parquet and file I/O release the GIL)
 WRITERS = int(os.environ.get("VS_WRITERS", "2"))
 
@@ -82,8 +84,16 @@ def _pool() -> _Writers:
 
 
 def run(fn: Callable, args: list) -> list:
-    """`[fn(a) for a in args]`, on the writer threads when there are several."""
-    return _pool().map(fn, args) if len(args) > 1 and WRITERS > 1 else [fn(a) for a in args]
+    """`[fn(a) for a in args]`, on the writer threads when there are several: in a few runs
+    of consecutive items per thread (one hand-over per item costs a thread switch each, which
+    a busy machine makes slow)."""
+    if len(args) <= 1 or WRITERS <= 1:
+        return [fn(a) for a in args]
+    runs = min(len(args), WRITERS * _RUNS_PER_WRITER)
+    step = -(-len(args) // runs)
+    parts = _pool().map(lambda part: [fn(a) for a in part],
+                        [args[i:i + step] for i in range(0, len(args), step)])
+    return [r for part in parts for r in part]
 
 
 #: Parquet settings of the files written here. Dictionary encoding and column statistics cost
@@ -127,7 +137,17 @@ class Store:
         else:
             self.bucket, prefix = split_s3(table_uri)
             self.prefix = prefix.rstrip("/")
-            self.client = s3_client(options)
+            self._options = options
+            self._client = None
+            self._lock = threading.Lock()
+
+    @property
+    def client(self):
+        """The boto3 client, made on first use (once, for every thread)."""
+        with self._lock:
+            if self._client is None:
+                self._client = s3_client(self._options)
+            return self._client
 
     def read(self, path: str) -> pa.Table:
         """The rows of the data file at `path` (relative to the table, as in the log)."""

@@ -132,6 +132,10 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
             lows, highs, strict=True)
         if p in wanted)
     files = [(p, size, bucket) for bucket, _, p, size, *_ in found]
+    store = Store(dt.table_uri, storage_options or {})
+    if not files:  # new paths only, or nothing stored near them
+        return Loaded(files=[], tables=[], counts=[], ranges=[], store=store,
+                      found=_FOUND_SCHEMA.empty_table())
     # keep the files' rows up to `max_rows` in all (in file order); the others are read again
     keep = (np.cumsum([f[4] or 0 for f in found]) <= max_rows).tolist()
     by_bucket: dict[int, list[str]] = {}
@@ -140,7 +144,6 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
     # per file, the batch's paths its statistics bracket (a small set to look up)
     candidates = [_bracketed(by_bucket.get(bucket, []), low, high)
                   for bucket, _, _, _, _, low, high in found]
-    store = Store(dt.table_uri, storage_options or {})
 
     def read(i: int) -> tuple[pa.Table | None, pa.Table, int]:
         path, _, bucket = files[i]
@@ -234,7 +237,8 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     write_commit(dt, version, removes=removes, adds=adds, cdc=list(_by_bucket(cdc)),
                  data_change=True, now=now, storage_options=storage_options,
                  operation=("WRITE", {"mode": "Append", "rewrite": "volume-stream"}),
-                 custom_metadata=custom_metadata, metrics={"numCopiedRows": copied})
+                 custom_metadata=custom_metadata, metrics={"numCopiedRows": copied},
+                 store=loaded.store)
 
 
 def _edited(table: pa.Table, rows: np.ndarray, at: np.ndarray, images: pa.Table) -> pa.Table:
@@ -288,15 +292,15 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
                  adds: list, cdc: list[tuple[int, pa.Table]],
                  data_change: bool, now: datetime, storage_options: dict[str, str],
                  operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
-                 metrics: dict[str, int] | None = None) -> None:
+                 metrics: dict[str, int] | None = None, store: Store | None = None) -> None:
     """Write the data files (`adds`: rows of one bucket each, as `(bucket, table)` or a
     function making it on a writer thread; split into files of the table's size) and change
     files of one commit, then create its log entry at exactly `version` (`CommitFailedError`
     if another writer made it first). `removes`: (path, size, bucket) of the files the commit
     replaces. `data_change=False` marks a commit that changes no row (compaction): readers of
-    the change feed skip it."""
+    the change feed skip it. `store`: the table's files, when the caller has it open."""
     max_rows = rows_per_file(dt)
-    store = Store(dt.table_uri, storage_options)
+    store = store or Store(dt.table_uri, storage_options)
     stamp = int(now.timestamp() * 1000)
     actions: list[dict] = [
         {"remove": {"path": path, "dataChange": data_change, "deletionTimestamp": stamp,
