@@ -187,7 +187,7 @@ def test_rewrite_commits_write_checkpoints_at_the_interval(tmp_path):
     assert DeltaTable(table.path).version() == 10
 
 
-def test_batches_touching_many_rows_are_streamed(tmp_path, monkeypatch):
+def test_batches_touching_many_rows_are_streamed(tmp_path, monkeypatch, threads):
     """Past `max_rows` rows in the touched files, `load` keeps only the rows of the batch's
     paths of the other files and the commit reads them again: same table and change records
     as a merge."""
@@ -217,7 +217,7 @@ def test_batches_touching_many_rows_are_streamed(tmp_path, monkeypatch):
     assert table.history(1)[0]["operation"] == "WRITE"
 
 
-def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path):
+def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads):
     """A new path inside a rewritten file's range is sorted into it (split in equal parts
     when the file outgrows its size); one past every range goes into a new file."""
     table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,

@@ -12,7 +12,7 @@ from tests.s3_warehouse_fixtures import s3_client
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def test_rewrite_on_s3_matches_merge(s3_bucket, s3_env):
+def test_rewrite_on_s3_matches_merge(s3_bucket, s3_env, threads):
     tables = {}
     for name, mode in (("merge", None), ("rewrite", 1)):
         tables[name] = DirectoryTable.create(f"s3://{s3_bucket}/{name}", "s3://data/", buckets=3)
