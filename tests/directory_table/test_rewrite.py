@@ -246,3 +246,23 @@ def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads):
 def _file_rows(table: DirectoryTable) -> list[list[str]]:
     return [pa.parquet.read_table(Path(table.path) / p)["relative_path"].to_pylist()
             for p in pa.table(table.delta().get_add_actions(flatten=True))["path"].to_pylist()]
+
+
+def test_files_with_many_edits_match_the_merge(tmp_path, threads):
+    """A file with more edits than the slicing limit is rebuilt with one `take`: same table
+    and change records as a merge."""
+    from directory_table.rewrite import _MAX_SLICED_EDITS
+
+    merge, table = pair(tmp_path, buckets=1)
+    for t in (merge, table):
+        t.apply([put(f"f{i:03d}", 1, T0) for i in range(300)])
+    at = T0 + timedelta(seconds=1)
+    events = ([put(f"f{i:03d}", 2, at) for i in range(0, 300, 2)]
+              + [rm(f"f{i:03d}", at) for i in range(1, 300, 10)] + [put("f100x", 3, at)])
+    assert len(events) > _MAX_SLICED_EDITS
+    for t in (merge, table):
+        r = t.apply(events)
+        assert (r.updated, r.deleted, r.inserted) == (150, 30, 1)
+    same(merge, table, table.version())
+    data = _file_rows(table)
+    assert all(rows == sorted(rows) for rows in data) and sum(map(len, data)) == 271
