@@ -28,10 +28,16 @@ planner and the new files all work from what was read:
    the race gets `CommitFailedError` and re-plans, as with a merge; its files stay unreferenced
    (vacuum removes them).
 
-Reading, rewriting and writing run on a small pool of daemon threads (`filestore`): Parquet
-decoding, encoding and file I/O release the GIL, so a batch spread over the whole table keeps
-both cores of a small machine busy. Only tables in the bucketed layout on a local disk or S3
-take this path (`supported`); others keep the merge.
+Reading, rewriting and writing run on a small pool of daemon threads (`filestore.run`) when
+the machine has a core to spare: Parquet decoding, encoding and file I/O release the GIL, so a
+batch spread over the whole table keeps both cores of a small machine busy; on a busier machine
+they run on the calling thread (less CPU in all). Only tables in the bucketed layout on a local
+disk or S3 take this path (`supported`); others keep the merge.
+
+Cost: a batch spread over the table rewrites every file it touches, about 1.5-2 ms of CPU per
+file of ~2k rows (read, edit, encode, statistics); 10k events (5k overwrites) into 1M rows
+(~560 files) take ~1.7 s of CPU, into 10M rows (~3,100 touched files, 2M rows held, the rest
+read twice) ~9 s, peak RSS ~0.65 GiB.
 """
 
 from __future__ import annotations
