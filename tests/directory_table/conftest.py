@@ -1,5 +1,6 @@
-"""S3 fixtures (moto in its own process) for the directory-table tests that use them, and
-`threads`: the rewrite's file jobs on the writer threads or on the calling thread."""
+"""S3 fixtures (moto in its own process) for the directory-table tests that use them;
+`threads`: the rewrite's file jobs on the writer threads or on the calling thread;
+`rewrite_path`: touched files held in memory or streamed file by file."""
 
 import pytest
 
@@ -13,4 +14,15 @@ def threads(request, monkeypatch):
     from directory_table import filestore
 
     monkeypatch.setattr(filestore, "spare_cores", lambda: request.param == "threads")
+    return request.param
+
+
+@pytest.fixture(params=["in memory", "streamed"])
+def rewrite_path(request, monkeypatch):
+    """Rewrite batches with the touched files held in memory, or file by file
+    (`directory_table.streamed`, what a batch spread over a huge table gets)."""
+    from directory_table import rewrite
+
+    if request.param == "streamed":
+        monkeypatch.setattr(rewrite, "MAX_LOADED_ROWS", 0)
     return request.param

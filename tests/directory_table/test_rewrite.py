@@ -86,7 +86,7 @@ def test_rewrite_path_matches_merge_path(tmp_path_factory, batches, buckets):
         same(merge, rewrite, a.version)
 
 
-def test_carried_rows_report_no_changes(tmp_path):
+def test_carried_rows_report_no_changes(tmp_path, rewrite_path):
     """A rewrite carries the unchanged rows of a file over: the change feed of the version has
     exactly the changed paths (from `changes()` and from delta-rs's own CDF reader)."""
     merge, table = pair(tmp_path, buckets=1)
@@ -110,7 +110,7 @@ def test_carried_rows_report_no_changes(tmp_path):
     assert pre["_image_version"] == [1] and pre["size"] == [1]
 
 
-def test_rewritten_files_stay_sorted_and_split(tmp_path):
+def test_rewritten_files_stay_sorted_and_split(tmp_path, rewrite_path):
     table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=2,
                                   target_file_size=100 * 64)  # 100 rows per file
     table.rewrite_min_events = 1
@@ -127,7 +127,7 @@ def test_rewritten_files_stay_sorted_and_split(tmp_path):
         f"f{i:04d}" for i in range(3000)]
 
 
-def test_racing_rewrites_commit_at_consecutive_versions(tmp_path):
+def test_racing_rewrites_commit_at_consecutive_versions(tmp_path, rewrite_path):
     root = str(tmp_path / "vol")
     DirectoryTable.create(root, "file:///d/", buckets=4)
     seed = DirectoryTable(root, "file:///d/")
@@ -160,7 +160,7 @@ def test_racing_rewrites_commit_at_consecutive_versions(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["put", "rm"])
-def test_tombstones_and_recreate_through_rewrite(tmp_path, kind):
+def test_tombstones_and_recreate_through_rewrite(tmp_path, kind, rewrite_path):
     merge, table = pair(tmp_path, buckets=3)
     for t in (merge, table):
         t.apply([put(p, 1, T0) for p in PATHS])
@@ -217,9 +217,13 @@ def test_batches_touching_many_rows_are_streamed(tmp_path, monkeypatch, threads)
     assert table.history(1)[0]["operation"] == "WRITE"
 
 
-def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads):
+def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads, monkeypatch):
     """A new path inside a rewritten file's range is sorted into it (split in equal parts
-    when the file outgrows its size); one past every range goes into a new file."""
+    when the file outgrows its size); one past every range goes into a new file (the streamed
+    path; the in-memory one sorts a bucket's rewritten rows and new paths together)."""
+    from directory_table import rewrite as rewrite_module
+
+    monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
     table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,
                                   target_file_size=40 * 64)  # 40 rows per file
     table.apply([put(f"f{i:03d}", 1, T0) for i in range(0, 200, 2)])  # 100 rows, one file
@@ -248,10 +252,10 @@ def _file_rows(table: DirectoryTable) -> list[list[str]]:
             for p in pa.table(table.delta().get_add_actions(flatten=True))["path"].to_pylist()]
 
 
-def test_files_with_many_edits_match_the_merge(tmp_path, threads):
+def test_files_with_many_edits_match_the_merge(tmp_path, threads, rewrite_path):
     """A file with more edits than the slicing limit is rebuilt with one `take`: same table
     and change records as a merge."""
-    from directory_table.rewrite import _MAX_SLICED_EDITS
+    from directory_table.streamed import _MAX_SLICED_EDITS
 
     merge, table = pair(tmp_path, buckets=1)
     for t in (merge, table):
