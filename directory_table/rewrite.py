@@ -24,32 +24,29 @@ table:
    the race gets `CommitFailedError` and re-plans, as with a merge; its files stay unreferenced
    (vacuum removes them).
 
-Only tables in the bucketed layout on a local disk or S3 take this path (`supported`), and
-only batches whose touched files hold at most `MAX_LOADED_ROWS` rows (memory); others keep the
-merge.
+Only tables in the bucketed layout on a local disk or S3 take this path (`supported`); others
+keep the merge. A batch whose touched files hold more than `MAX_LOADED_ROWS` rows (overwrites
+spread over a huge table) is rewritten file by file with bounded memory
+(`directory_table.streamed`). Files are written on a small pool of daemon threads when the
+machine has a core to spare (`filestore.run`).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import queue
-import threading
 import uuid
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
 
+from directory_table.filestore import Store, run
 from directory_table.layout import (
     BUCKET_COLUMN,
     TARGET_FILE_SIZE_KEY,
@@ -58,20 +55,20 @@ from directory_table.layout import (
     touched_files,
 )
 from directory_table.schema import TABLE_SCHEMA
-from directory_table.storage import s3_client, split_s3
+
+if TYPE_CHECKING:
+    from directory_table.streamed import Streamed
 
 __all__ = ["Loaded", "commit", "load", "rows_per_file", "supported", "write_commit"]
 
 #: most rows per data file written here (a bigger bucket is split, sorted by path)
 MAX_ROWS_PER_FILE = 65_536
-#: most rows a rewrite reads into memory; a batch touching files holding more (overwrites
-#: spread over a huge table) is merged by delta-rs, which streams
+#: most rows of touched files a rewrite keeps in memory from `load` to `commit`; a batch
+#: touching files holding more is streamed (each file read again as it is rewritten)
 MAX_LOADED_ROWS = 2_000_000
 #: in-memory bytes of a directory-table row, as far as file sizing goes
 ROW_BYTES = 64
 _FILE = "__file"
-#: threads encoding and writing files (Parquet encoding and file I/O release the GIL)
-_WRITERS = int(os.environ.get("VS_WRITERS", "2"))
 _CHANGE_TYPE = pa.field("_change_type", pa.string())
 _CDC_SCHEMA = TABLE_SCHEMA.append(_CHANGE_TYPE)
 #: columns given min/max statistics in the files this module writes (pruning uses the path)
@@ -108,19 +105,15 @@ class Loaded:
         return self.found.filter(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
 
 
-def _is_local(uri: str) -> bool:
-    return uri.startswith("file://") or "://" not in uri
-
-
-def _local_root(uri: str) -> str:
-    return unquote(uri.removeprefix("file://")).rstrip("/")
-
-
-def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_LOADED_ROWS,
-         ) -> Loaded | None:
+def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None = None,
+         *, storage_options: dict[str, str] | None = None) -> Loaded | Streamed:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
-    None when they hold more than `max_rows` rows."""
+    when they hold more than `max_rows` (default `MAX_LOADED_ROWS`) rows, a `Streamed` load
+    instead (`directory_table.streamed`: file by file, bounded memory)."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
+    from directory_table.streamed import load as load_streamed
+
+    max_rows = MAX_LOADED_ROWS if max_rows is None else max_rows
 
     actions = pa.table(dt.get_add_actions(flatten=True))
     wanted = set(touched_files(dt, layout, paths, actions))
@@ -137,8 +130,8 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
     # inside it when the files' ranges do not overlap
     files = [(p, size, bucket) for bucket, _, p, size, _ in found]
     counts = [n for *_, n in found]
-    if sum(n or 0 for n in counts) > max_rows:
-        return None  # too much to hold in memory at once: the caller merges instead
+    if sum(n or 0 for n in counts) > max_rows:  # too much to hold in memory at once
+        return load_streamed(dt, layout, paths, max_rows, storage_options=storage_options)
     schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
         pa.field(_FILE, pa.int32()))
     if not files:
@@ -162,7 +155,7 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
     return Loaded.of(table.append_column(_FILE, pa.array(index, pa.int32())), files, paths)
 
 
-def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_rows: pa.Table,
+def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version: int, new_rows: pa.Table,
            updated: list[str], deleted: list[str], inserted: list[str], now: datetime,
            custom_metadata: dict[str, Any], storage_options: dict[str, str]) -> None:
     """Write the files and the commit of one batch at `version` (see the module docstring).
@@ -171,6 +164,13 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
     `loaded` holds the stored rows of `updated` and `deleted` paths. Raises
     `CommitFailedError` when another writer made `version` first.
     """
+    if not isinstance(loaded, Loaded):
+        from directory_table.streamed import commit as commit_streamed
+
+        return commit_streamed(dt, layout, loaded, version=version, new_rows=new_rows,
+                               updated=updated, deleted=deleted, inserted=inserted, now=now,
+                               custom_metadata=custom_metadata,
+                               storage_options=storage_options)
     rows = loaded.rows
     names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
     images = new_rows.filter(pc.is_in(new_rows["relative_path"],
@@ -225,111 +225,6 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_
                  metrics={"numCopiedRows": kept.num_rows - images.num_rows})
 
 
-def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, int]],
-                 adds: list[tuple[int, pa.Table]], cdc: list[tuple[int, pa.Table]],
-                 data_change: bool, now: datetime, storage_options: dict[str, str],
-                 operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
-                 metrics: dict[str, int] | None = None) -> None:
-    """Write the data files (`adds`: rows of one bucket each, split into files of the table's
-    size) and change files of one commit, then create its log entry at exactly `version`
-    (`CommitFailedError` if another writer made it first). `removes`: (path, size, bucket) of
-    the files the commit replaces. `data_change=False` marks a commit that changes no row
-    (compaction): readers of the change feed skip it."""
-    max_rows_per_file = rows_per_file(dt)
-    store = _Store(dt.table_uri, storage_options)
-    stamp = int(now.timestamp() * 1000)
-    actions: list[dict] = [
-        {"remove": {"path": path, "dataChange": data_change, "deletionTimestamp": stamp,
-                    "extendedFileMetadata": True,
-                    "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}}
-        for path, size, bucket in removes]
-    jobs: list[tuple[str, str, int, pa.Table]] = []
-    for bucket, rows_of_bucket in adds:
-        # equal parts of at most `max_rows_per_file` rows (no small remainder file)
-        parts = -(-rows_of_bucket.num_rows // max_rows_per_file)
-        step = -(-rows_of_bucket.num_rows // max(1, parts))
-        for start in range(0, rows_of_bucket.num_rows, max(1, step)):
-            chunk = rows_of_bucket.slice(start, step).select(TABLE_SCHEMA.names)
-            jobs.append(("add", f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000"
-                                ".snappy.parquet", bucket, chunk))
-    for bucket, part in cdc:
-        jobs.append(("cdc", f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
-                            ".c000.snappy.parquet", bucket, part.select(_CDC_SCHEMA.names)))
-    store.make_dirs({os.path.dirname(path) for _, path, _, _ in jobs})
-
-    def write(job: tuple[str, str, int, pa.Table]) -> dict:
-        kind, path, bucket, table = job
-        size = store.put(path, table)
-        action = {"path": path, "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}
-        if kind == "add":
-            action.update(modificationTime=stamp, dataChange=data_change, stats=_stats(table))
-        else:
-            action.update(dataChange=False)
-        return {kind: action}
-
-    actions += (_pool().map(write, jobs) if len(jobs) > 1 and _WRITERS > 1
-                else [write(j) for j in jobs])
-    name, parameters = operation
-    info = {"timestamp": stamp, "operation": name, "operationParameters": parameters,
-            "readVersion": version - 1, "isolationLevel": "Serializable",
-            "isBlindAppend": False, **(custom_metadata or {}),
-            "operationMetrics": {"numRemovedFiles": len(removes),
-                                 "numAddedFiles": sum(1 for a in actions if "add" in a),
-                                 "numOutputRows": sum(t.num_rows for _, t in adds),
-                                 "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a),
-                                 **(metrics or {})}}
-    body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
-                                                                    *actions]) + "\n"
-    store.create_log_entry(version, body.encode())
-    # delta-rs checkpoints its own commits every `delta.checkpointInterval` versions (a
-    # post-commit hook); do the same for ours, so the log replay stays short
-    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100") or 100)
-    if interval > 0 and version % interval == 0:
-        dt.update_incremental()
-        dt.create_checkpoint()
-
-
-class _Writers:
-    """A few daemon threads started once per process (starting threads per commit costs
-    milliseconds on a busy machine); `map` runs jobs on them and returns results in order.
-    Daemon threads: a commit waits for its files before writing its log entry, so nothing a
-    commit needs is ever left half done at exit."""
-
-    def __init__(self, count: int):
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        for i in range(count):
-            threading.Thread(target=self._work, name=f"directory-table-writer-{i}",
-                             daemon=True).start()
-
-    def _work(self) -> None:
-        while True:
-            fn, arg, future = self.jobs.get()
-            try:
-                future.set_result(fn(arg))
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
-
-    def map(self, fn, args: list) -> list:
-        futures = []
-        for arg in args:
-            future: Future = Future()
-            self.jobs.put((fn, arg, future))
-            futures.append(future)
-        return [f.result() for f in futures]
-
-
-_POOL: _Writers | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> _Writers:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = _Writers(_WRITERS)
-    return _POOL
-
-
 def _with_new_paths(kept: pa.Table, new: pa.Table) -> list[tuple[int, pa.Table]]:
     """(bucket, rows) to write: each bucket's rewritten rows with the bucket's new paths.
     New paths that all sort after the rewritten rows are appended; otherwise the bucket's rows
@@ -350,6 +245,91 @@ def _with_new_paths(kept: pa.Table, new: pa.Table) -> list[tuple[int, pa.Table]]
             rows = rows.sort_by("relative_path")
         result.append((bucket, rows))
     return sorted(result, key=lambda r: r[0])
+
+
+def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, int]],
+                 adds: list, cdc: list[tuple[int, pa.Table]],
+                 data_change: bool, now: datetime, storage_options: dict[str, str],
+                 operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
+                 metrics: dict[str, int] | None = None, store: Store | None = None) -> None:
+    """Write the data files (`adds`: rows of one bucket each, as `(bucket, table)` or a
+    function making it on a writer thread; split into files of the table's size) and change
+    files of one commit, then create its log entry at exactly `version` (`CommitFailedError`
+    if another writer made it first). `removes`: (path, size, bucket) of the files the commit
+    replaces. `data_change=False` marks a commit that changes no row (compaction): readers of
+    the change feed skip it. `store`: the table's files, when the caller has it open."""
+    max_rows = rows_per_file(dt)
+    store = store or Store(dt.table_uri, storage_options)
+    stamp = int(now.timestamp() * 1000)
+    actions: list[dict] = [
+        {"remove": {"path": path, "dataChange": data_change, "deletionTimestamp": stamp,
+                    "extendedFileMetadata": True,
+                    "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}}
+        for path, size, bucket in removes]
+
+    def write(kind: str, bucket: int, table: pa.Table) -> dict:
+        path = (f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+                if kind == "add" else
+                f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
+                ".c000.snappy.parquet")
+        size = store.put(path, table)
+        action = {"path": path, "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}
+        if kind == "add":
+            action.update(modificationTime=stamp, dataChange=data_change, stats=_stats(table))
+        else:
+            action.update(dataChange=False)
+        return {kind: action}
+
+    def write_rows(made: Callable[[], tuple[int, pa.Table]]) -> list[dict]:
+        bucket, rows = made()
+        return [write("add", bucket, part) for part in _split(rows, max_rows)]
+
+    jobs: list[Callable[[], list[dict]]] = []
+    for add in adds:
+        if callable(add):
+            jobs.append(lambda add=add: write_rows(add))
+        else:  # rows at hand: one job per file
+            bucket, rows = add
+            jobs += [lambda b=bucket, p=part: [write("add", b, p)]
+                     for part in _split(rows, max_rows)]
+    jobs += [lambda b=bucket, p=part: [write("cdc", b, p.select(_CDC_SCHEMA.names))]
+             for bucket, part in cdc]
+    store.make_dirs({f"{BUCKET_COLUMN}={b}" for b in range(_buckets(dt))} if adds else set())
+    store.make_dirs({f"_change_data/{BUCKET_COLUMN}={b}" for b, _ in cdc})
+    actions += [a for made in run(lambda job: job(), jobs) for a in made]
+    adds_made = [a["add"] for a in actions if "add" in a]
+    name, parameters = operation
+    info = {"timestamp": stamp, "operation": name, "operationParameters": parameters,
+            "readVersion": version - 1, "isolationLevel": "Serializable",
+            "isBlindAppend": False, **(custom_metadata or {}),
+            "operationMetrics": {"numRemovedFiles": len(removes),
+                                 "numAddedFiles": len(adds_made),
+                                 "numOutputRows": sum(json.loads(a["stats"])["numRecords"]
+                                                      for a in adds_made),
+                                 "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a),
+                                 **(metrics or {})}}
+    body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
+                                                                    *actions]) + "\n"
+    store.create_log_entry(version, body.encode())
+    # delta-rs checkpoints its own commits every `delta.checkpointInterval` versions (a
+    # post-commit hook); do the same for ours, so the log replay stays short
+    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100") or 100)
+    if interval > 0 and version % interval == 0:
+        dt.update_incremental()
+        dt.create_checkpoint()
+
+
+def _buckets(dt: DeltaTable) -> int:
+    return Layout.of(dt).buckets
+
+
+def _split(rows: pa.Table, max_rows: int) -> list[pa.Table]:
+    """`rows` in equal parts of at most `max_rows` rows (no small remainder file); none when
+    empty."""
+    parts = -(-rows.num_rows // max_rows)
+    step = -(-rows.num_rows // max(1, parts)) if parts else 1
+    return [rows.slice(start, step).select(TABLE_SCHEMA.names)
+            for start in range(0, rows.num_rows, step)]
 
 
 def rows_per_file(dt: DeltaTable) -> int:
@@ -377,20 +357,6 @@ def _by_bucket(table: pa.Table):
         yield int(buckets[a]), table.slice(a, b - a)
 
 
-#: Parquet settings of the files written here. Dictionary encoding and column statistics for
-#: every column cost more per small file than the rest of the write (measured: 32 files of
-#: 640 rows in 25-30 ms with pyarrow's defaults, 8 ms with these); Delta readers prune on the
-#: statistics in the log, which `_stats` writes.
-_PARQUET = {"compression": "snappy", "use_dictionary": False,
-            "write_statistics": ["relative_path"]}
-
-
-def _parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, **_PARQUET)
-    return sink.getvalue()
-
-
 def _stats(chunk: pa.Table) -> str:
     mins, maxs, nulls = {}, {}, {}
     for name in _STATS_COLUMNS:
@@ -403,58 +369,3 @@ def _stats(chunk: pa.Table) -> str:
                        "nullCount": nulls}, separators=(",", ":"))
 
 
-class _Store:
-    """Puts files and the log entry of one commit next to the table (local disk or S3)."""
-
-    def __init__(self, table_uri: str, options: dict[str, str]):
-        self.local = _is_local(table_uri)
-        if self.local:
-            self.root = _local_root(table_uri)
-        else:
-            self.bucket, prefix = split_s3(table_uri)
-            self.prefix = prefix.rstrip("/")
-            self.client = s3_client(options)
-
-    def make_dirs(self, folders: set[str]) -> None:
-        if self.local:
-            for folder in folders:
-                if not os.path.isdir(f"{self.root}/{folder}"):
-                    os.makedirs(f"{self.root}/{folder}", exist_ok=True)
-
-    def put(self, path: str, table: pa.Table) -> int:
-        """Write `table` as a Parquet file at `path` (relative to the table); its size."""
-        if self.local:
-            full = f"{self.root}/{path}"
-            pq.write_table(table, full, **_PARQUET)
-            return os.path.getsize(full)
-        data = _parquet(table)
-        self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{path}", Body=data)
-        return len(data)
-
-    def create_log_entry(self, version: int, body: bytes) -> None:
-        """Create `_delta_log/<version>.json`, or raise CommitFailedError if it exists."""
-        name = f"_delta_log/{version:020d}.json"
-        if self.local:
-            final = f"{self.root}/{name}"
-            tmp = f"{self.root}/_delta_log/_commit_{uuid.uuid4()}.json.tmp"
-            with open(tmp, "wb") as f:
-                f.write(body)
-            try:
-                os.link(tmp, final)
-            except FileExistsError as exc:
-                raise CommitFailedError(f"version {version} already exists") from exc
-            finally:
-                os.unlink(tmp)
-            return
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=body,
-                                   IfNoneMatch="*")
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409,
-                                                                                        412):
-                raise CommitFailedError(f"version {version} already exists") from exc
-            raise

@@ -216,7 +216,8 @@ class DirectoryTable:
             loaded = None
             if (self.rewrite_min_events is not None and len(latest) >= self.rewrite_min_events
                     and len(latest) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
-                loaded = rewrite.load(dt, layout, list(latest))
+                loaded = rewrite.load(dt, layout, list(latest),
+                                      storage_options=self.storage_options)
             plan = self._plan(dt, layout, latest, listed_at_version, loaded)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,

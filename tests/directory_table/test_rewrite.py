@@ -86,7 +86,7 @@ def test_rewrite_path_matches_merge_path(tmp_path_factory, batches, buckets):
         same(merge, rewrite, a.version)
 
 
-def test_carried_rows_report_no_changes(tmp_path):
+def test_carried_rows_report_no_changes(tmp_path, rewrite_path):
     """A rewrite carries the unchanged rows of a file over: the change feed of the version has
     exactly the changed paths (from `changes()` and from delta-rs's own CDF reader)."""
     merge, table = pair(tmp_path, buckets=1)
@@ -110,7 +110,7 @@ def test_carried_rows_report_no_changes(tmp_path):
     assert pre["_image_version"] == [1] and pre["size"] == [1]
 
 
-def test_rewritten_files_stay_sorted_and_split(tmp_path):
+def test_rewritten_files_stay_sorted_and_split(tmp_path, rewrite_path):
     table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=2,
                                   target_file_size=100 * 64)  # 100 rows per file
     table.rewrite_min_events = 1
@@ -127,7 +127,7 @@ def test_rewritten_files_stay_sorted_and_split(tmp_path):
         f"f{i:04d}" for i in range(3000)]
 
 
-def test_racing_rewrites_commit_at_consecutive_versions(tmp_path):
+def test_racing_rewrites_commit_at_consecutive_versions(tmp_path, rewrite_path):
     root = str(tmp_path / "vol")
     DirectoryTable.create(root, "file:///d/", buckets=4)
     seed = DirectoryTable(root, "file:///d/")
@@ -160,7 +160,7 @@ def test_racing_rewrites_commit_at_consecutive_versions(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["put", "rm"])
-def test_tombstones_and_recreate_through_rewrite(tmp_path, kind):
+def test_tombstones_and_recreate_through_rewrite(tmp_path, kind, rewrite_path):
     merge, table = pair(tmp_path, buckets=3)
     for t in (merge, table):
         t.apply([put(p, 1, T0) for p in PATHS])
@@ -187,16 +187,86 @@ def test_rewrite_commits_write_checkpoints_at_the_interval(tmp_path):
     assert DeltaTable(table.path).version() == 10
 
 
-def test_batches_touching_too_many_rows_fall_back_to_the_merge(tmp_path, monkeypatch):
+def test_batches_touching_many_rows_are_streamed(tmp_path, monkeypatch, threads):
+    """Past `max_rows` rows in the touched files, `load` keeps only the rows of the batch's
+    paths of the other files and the commit reads them again: same table and change records
+    as a merge."""
     from directory_table import rewrite as rewrite_module
 
-    merge, table = pair(tmp_path, buckets=2)
+    merge, table = pair(tmp_path, buckets=2, target=50 * 64)  # 50 rows per file
     for t in (merge, table):
         t.apply([put(f"f{i:03d}", 1, T0) for i in range(300)])
-    monkeypatch.setattr(rewrite_module.load, "__defaults__", (100,))  # max_rows=100
-    events = [put(f"f{i:03d}", 2, T0 + timedelta(seconds=1)) for i in range(0, 300, 3)]
+    loaded = []
+    real_load = rewrite_module.load
+
+    def small_load(*args, **kwargs):
+        loaded.append(real_load(*args, **{**kwargs, "max_rows": 160}))
+        return loaded[-1]
+
+    monkeypatch.setattr(rewrite_module, "load", small_load)
+    at = T0 + timedelta(seconds=1)
+    events = ([put(f"f{i:03d}", 2, at) for i in range(0, 300, 3)]
+              + [rm(f"f{i:03d}", at) for i in range(1, 300, 9)]
+              + [put(f"f{i:03d}x", 3, at) for i in range(0, 300, 10)])
     for t in (merge, table):
-        assert t.apply(events).updated == 100
+        r = t.apply(events)
+        assert (r.updated, r.deleted, r.inserted) == (100, 34, 30)
     same(merge, table, table.version())
-    # the fallback commit is delta-rs's merge (no cdc files written by the rewrite)
-    assert table.history(1)[0]["operation"] == "MERGE"
+    assert loaded and len(loaded[-1].files) == 2  # 150 rows each: the first kept
+    assert loaded[-1].tables[0] is not None and loaded[-1].tables[1] is None
+    assert table.history(1)[0]["operation"] == "WRITE"
+
+
+def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads, monkeypatch):
+    """A new path inside a rewritten file's range is sorted into it (split in equal parts
+    when the file outgrows its size); one past every range goes into a new file (the streamed
+    path; the in-memory one sorts a bucket's rewritten rows and new paths together)."""
+    from directory_table import rewrite as rewrite_module
+
+    monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
+    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,
+                                  target_file_size=40 * 64)  # 40 rows per file
+    table.apply([put(f"f{i:03d}", 1, T0) for i in range(0, 200, 2)])  # 100 rows, one file
+    at = T0 + timedelta(seconds=1)
+    events = ([put("f010", 2, at)] + [put(f"f{i:03d}", 3, at) for i in range(1, 40, 2)]
+              + [put("g000", 4, at)] + [rm(f"f{i:03d}", at) for i in range(120, 200, 2)])
+    r = table.apply(events)
+    assert (r.updated, r.inserted, r.deleted) == (1, 21, 40)
+    actions = pa.table(table.delta().get_add_actions(flatten=True)).to_pydict()
+    for path, lo, hi, n in zip(actions["path"], actions["min.relative_path"],
+                               actions["max.relative_path"], actions["num_records"],
+                               strict=True):
+        data = pa.parquet.read_table(Path(table.path) / path)["relative_path"].to_pylist()
+        assert data == sorted(data) and (data[0], data[-1], len(data)) == (lo, hi, n)
+        assert n <= 40
+    assert ["g000"] in _file_rows(table)
+    assert table.file_count() == 100 + 21 - 40
+    assert sorted(len(rows) for rows in _file_rows(table)) == [1, 40, 40]
+    kinds = sorted(table.changes(1, 2)["_change_type"].to_pylist())
+    assert kinds == sorted(["delete"] * 40 + ["insert"] * 21
+                           + ["update_preimage", "update_postimage"])
+
+
+def _file_rows(table: DirectoryTable) -> list[list[str]]:
+    return [pa.parquet.read_table(Path(table.path) / p)["relative_path"].to_pylist()
+            for p in pa.table(table.delta().get_add_actions(flatten=True))["path"].to_pylist()]
+
+
+def test_files_with_many_edits_match_the_merge(tmp_path, threads, rewrite_path):
+    """A file with more edits than the slicing limit is rebuilt with one `take`: same table
+    and change records as a merge."""
+    from directory_table.streamed import _MAX_SLICED_EDITS
+
+    merge, table = pair(tmp_path, buckets=1)
+    for t in (merge, table):
+        t.apply([put(f"f{i:03d}", 1, T0) for i in range(300)])
+    at = T0 + timedelta(seconds=1)
+    events = ([put(f"f{i:03d}", 2, at) for i in range(0, 300, 2)]
+              + [rm(f"f{i:03d}", at) for i in range(1, 300, 10)] + [put("f100x", 3, at)])
+    assert len(events) > _MAX_SLICED_EDITS
+    for t in (merge, table):
+        r = t.apply(events)
+        assert (r.updated, r.deleted, r.inserted) == (150, 30, 1)
+    same(merge, table, table.version())
+    data = _file_rows(table)
+    assert all(rows == sorted(rows) for rows in data) and sum(map(len, data)) == 271

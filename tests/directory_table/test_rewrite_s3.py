@@ -12,7 +12,7 @@ from tests.s3_warehouse_fixtures import s3_client
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def test_rewrite_on_s3_matches_merge(s3_bucket, s3_env):
+def test_rewrite_on_s3_matches_merge(s3_bucket, s3_env, threads, rewrite_path):
     tables = {}
     for name, mode in (("merge", None), ("rewrite", 1)):
         tables[name] = DirectoryTable.create(f"s3://{s3_bucket}/{name}", "s3://data/", buckets=3)
@@ -36,7 +36,7 @@ def test_rewrite_on_s3_matches_merge(s3_bucket, s3_env):
     assert keys
 
 
-def test_rewrite_on_s3_loses_a_race_and_replans(s3_bucket, s3_env):
+def test_rewrite_on_s3_loses_a_race_and_replans(s3_bucket, s3_env, rewrite_path):
     root = f"s3://{s3_bucket}/vol"
     first = DirectoryTable.create(root, "s3://data/", buckets=2)
     first.apply([put(f"f{i}", 1, T0) for i in range(10)])

@@ -1,0 +1,246 @@
+"""The rewrite path (`directory_table.rewrite`) for a batch whose touched files hold more rows
+than a rewrite keeps in memory (`rewrite.MAX_LOADED_ROWS`: overwrites spread over a huge
+table), file by file instead of a delta-rs merge:
+
+1. `load` reads each touched file on its own (plain Parquet reads of our own, on the writer
+   threads when the machine has a core to spare, `filestore.run`) and keeps the rows holding
+   one of the batch's paths, with the file and row they came from; the files' rows stay in
+   memory up to `max_rows` rows in all, the commit reads the others again.
+2. `commit` rewrites each file holding a path the plan updates or deletes on its own: its
+   other rows are carried over as zero-copy slices, an updated row takes its new image in
+   place, a deleted one is dropped, so the file stays sorted by path without sorting. A new
+   path inside a rewritten file's path range joins that file (sorted in); other new paths go
+   into new files of their bucket. Change data and the commit are as in `rewrite`.
+
+Measured (10k events, 5k overwrites spread over a 10M-row table, ~3,100 touched files): ~9 s
+and 0.65 GiB peak RSS, where the merge it replaces took ~20 s and 3.4 GiB.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from directory_table.filestore import Store, run
+from directory_table.layout import _STATS_PREFIX_LEN, BUCKET_COLUMN, Layout, touched_files
+from directory_table.rewrite import _by_bucket, _tagged, write_commit
+from directory_table.schema import TABLE_SCHEMA
+
+__all__ = ["Streamed", "commit", "load"]
+
+_FILE = "__file"
+_ROW = "__row"
+_FOUND_SCHEMA = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
+    pa.field(_FILE, pa.int32())).append(pa.field(_ROW, pa.int32()))
+
+
+@dataclass
+class Streamed:
+    """The touched files of a batch (rows of the first ones), and the stored rows of its paths."""
+
+    #: the files read, by bucket then path range: (path relative to the table, size, bucket)
+    files: list[tuple[str, int, int]]
+    #: per file: its rows (`TABLE_SCHEMA`), or None when the commit must read it again
+    tables: list[pa.Table | None]
+    #: per file: its row count, and its smallest and largest path as its statistics say (None:
+    #: no statistics; a long max may be truncated)
+    counts: list[int]
+    ranges: list[tuple[str | None, str | None]]
+    #: the rows holding one of the batch's paths, with `_bucket`, their file (index in
+    #: `files`) and their row in that file
+    found: pa.Table
+    store: Store
+
+    def stored(self, paths: list[str]) -> pa.Table:
+        """The rows of `paths` (those stored)."""
+        keys = self.found["relative_path"]
+        return self.found.filter(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
+
+    def rows_of(self, i: int) -> pa.Table:
+        """The rows of file `i` (read again if they were not kept)."""
+        table = self.tables[i]
+        return table if table is not None else self.store.read(self.files[i][0])
+
+
+def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int,
+         *, storage_options: dict[str, str] | None = None) -> Streamed:
+    """Read every data file that may hold one of `paths` (see the module docstring); keep
+    the rows of the first files, up to `max_rows` rows in all."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    wanted = set(touched_files(dt, layout, paths, actions))
+    cols = actions.column_names
+    lows = (actions["min.relative_path"].to_pylist() if "min.relative_path" in cols
+            else [None] * actions.num_rows)
+    highs = (actions["max.relative_path"].to_pylist() if "max.relative_path" in cols
+             else [None] * actions.num_rows)
+    found = sorted(
+        (int(bucket), low or "", p, int(size), n, low, high)
+        for p, size, bucket, n, low, high in zip(
+            actions["path"].to_pylist(), actions["size_bytes"].to_pylist(),
+            actions[f"partition.{BUCKET_COLUMN}"].to_pylist(), actions["num_records"].to_pylist(),
+            lows, highs, strict=True)
+        if p in wanted)
+    files = [(p, size, bucket) for bucket, _, p, size, *_ in found]
+    store = Store(dt.table_uri, storage_options or {})
+    if not files:  # new paths only, or nothing stored near them
+        return Streamed(files=[], tables=[], counts=[], ranges=[], store=store,
+                      found=_FOUND_SCHEMA.empty_table())
+    # keep the files' rows up to `max_rows` in all (in file order); the others are read again
+    keep = (np.cumsum([f[4] or 0 for f in found]) <= max_rows).tolist()
+    by_bucket: dict[int, list[str]] = {}
+    for p in sorted(set(paths)):
+        by_bucket.setdefault(layout.bucket_of(p), []).append(p)
+    # per file, the batch's paths its statistics bracket (a small set to look up)
+    candidates = [_bracketed(by_bucket.get(bucket, []), low, high)
+                  for bucket, _, _, _, _, low, high in found]
+
+    def read(i: int) -> tuple[pa.Table | None, pa.Table, int]:
+        path, _, bucket = files[i]
+        table = store.read(path)
+        rows = np.flatnonzero(pc.is_in(table["relative_path"], value_set=pa.array(
+            candidates[i], pa.string())).to_numpy(zero_copy_only=False)).astype(np.int32)
+        hits = table.take(pa.array(rows, pa.int32()))
+        n = len(rows)
+        hits = (hits.append_column(BUCKET_COLUMN, pa.array(np.full(n, bucket, np.int32)))
+                .append_column(_FILE, pa.array(np.full(n, i, np.int32)))
+                .append_column(_ROW, pa.array(rows, pa.int32())))
+        return (table if keep[i] else None), hits, table.num_rows
+
+    results = run(read, list(range(len(files))))
+    return Streamed(files=files, tables=[r[0] for r in results], counts=[r[2] for r in results],
+                  ranges=[(low, high) for *_, low, high in found], store=store,
+                  found=pa.concat_tables([_FOUND_SCHEMA.empty_table(), *(r[1] for r in results)]))
+
+
+def _bracketed(sorted_paths: list[str], low: str | None, high: str | None) -> list[str]:
+    """The paths p with low <= p <= high (None: unbounded); a high as long as the statistics'
+    truncation length may be a prefix of the real max: the paths it prefixes count too."""
+    start = bisect.bisect_left(sorted_paths, low) if low is not None else 0
+    if high is None:
+        return sorted_paths[start:]
+    if len(high) >= _STATS_PREFIX_LEN:
+        high += chr(0x10FFFF)
+    return sorted_paths[start:bisect.bisect_right(sorted_paths, high)]
+
+
+#: a rewritten file with more edits than this is rebuilt with one `take` rather than slices
+_MAX_SLICED_EDITS = 32
+
+
+def commit(dt: DeltaTable, layout: Layout, loaded: Streamed, *, version: int, new_rows: pa.Table,
+           updated: list[str], deleted: list[str], inserted: list[str], now: datetime,
+           custom_metadata: dict[str, Any], storage_options: dict[str, str]) -> None:
+    """Write the files and the commit of one batch at `version` (see the module docstring).
+
+    `new_rows` are the images of `inserted` and `updated` paths (with `_bucket`, sorted by
+    bucket and path); `loaded` holds the stored rows of `updated` and `deleted` paths. Raises
+    `CommitFailedError` when another writer made `version` first.
+    """
+    names = TABLE_SCHEMA.names
+    found = loaded.found
+    images = new_rows.filter(pc.is_in(new_rows["relative_path"],
+                                      value_set=pa.array(updated, pa.string())))
+    image_rows = images.select(names).cast(TABLE_SCHEMA).combine_chunks()
+    keys = found["relative_path"]
+    # per stored row of the batch's paths: its new image (-1: none), whether it is deleted
+    image_of = pc.fill_null(pc.index_in(keys, value_set=images["relative_path"]), -1).to_numpy()
+    gone = (pc.is_in(keys, value_set=pa.array(deleted, pa.string())).to_numpy(
+        zero_copy_only=False) if deleted else np.zeros(found.num_rows, dtype=bool))
+    hit = np.flatnonzero((image_of >= 0) | gone)
+    file_of, row_of = found[_FILE].to_numpy()[hit], found[_ROW].to_numpy()[hit]
+    order = np.lexsort((row_of, file_of))
+    file_of, row_of, image_at = file_of[order], row_of[order], image_of[hit][order]
+    cuts = [0, *(np.flatnonzero(file_of[1:] != file_of[:-1]) + 1).tolist(), len(file_of)]
+    edits = {int(file_of[a]): (row_of[a:b], image_at[a:b]) for a, b in
+             zip(cuts, cuts[1:], strict=False) if b > a}
+    new = new_rows.filter(pc.is_in(new_rows["relative_path"],
+                                   value_set=pa.array(inserted, pa.string())))
+    joins, rest = _place_new_paths(loaded, sorted(edits), new)
+    new_plain = new.select(names).cast(TABLE_SCHEMA)
+
+    def rewrite_file(i: int) -> tuple[int, pa.Table]:
+        rows, at = edits[i]
+        table = _edited(loaded.rows_of(i), rows, at, image_rows)
+        if i in joins:  # new paths inside the file's range: sorted in
+            table = pa.concat_tables([table, new_plain.take(pa.array(joins[i], pa.int64()))]
+                                     ).sort_by("relative_path")
+        return loaded.files[i][2], table
+
+    adds: list = [lambda i=i: rewrite_file(i) for i in sorted(edits)]
+    adds += list(_by_bucket(new.take(pa.array(rest, pa.int64())).select(
+        [*names, BUCKET_COLUMN]))) if rest else []
+
+    stored = found.take(pa.array(hit, pa.int64())).drop_columns([_FILE, _ROW])
+    cdc = pa.concat_tables([
+        _tagged(new, "insert"),
+        _tagged(stored.filter(pc.is_in(stored["relative_path"],
+                                       value_set=pa.array(updated, pa.string()))),
+                "update_preimage"),
+        _tagged(images, "update_postimage"),
+        _tagged(stored.filter(pc.is_in(stored["relative_path"],
+                                       value_set=pa.array(deleted, pa.string()))), "delete"),
+    ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
+
+    removes = [loaded.files[i] for i in sorted(edits)]
+    copied = sum(loaded.counts[i] for i in edits) - len(hit)
+    write_commit(dt, version, removes=removes, adds=adds, cdc=list(_by_bucket(cdc)),
+                 data_change=True, now=now, storage_options=storage_options,
+                 operation=("WRITE", {"mode": "Append", "rewrite": "volume-stream"}),
+                 custom_metadata=custom_metadata, metrics={"numCopiedRows": copied},
+                 store=loaded.store)
+
+
+def _edited(table: pa.Table, rows: np.ndarray, at: np.ndarray, images: pa.Table) -> pa.Table:
+    """`table` with row `rows[j]` replaced by image `at[j]` of `images` (dropped when
+    `at[j]` is -1). Few edits: zero-copy slices of the carried rows around the images."""
+    if len(rows) <= _MAX_SLICED_EDITS:
+        parts, start = [], 0
+        for r, k in zip(rows.tolist(), at.tolist(), strict=True):
+            if r > start:
+                parts.append(table.slice(start, r - start))
+            if k >= 0:
+                parts.append(images.slice(k, 1))
+            start = r + 1
+        if start < table.num_rows:
+            parts.append(table.slice(start))
+        return pa.concat_tables(parts) if parts else table.slice(0, 0)
+    n = table.num_rows
+    source = np.arange(n, dtype=np.int64)
+    source[rows] = np.where(at >= 0, n + at, -1)
+    source = source[source >= 0]
+    return pa.concat_tables([table, images]).combine_chunks().take(pa.array(source))
+
+
+def _place_new_paths(loaded: Streamed, rewritten: list[int], new: pa.Table,
+                     ) -> tuple[dict[int, list[int]], list[int]]:
+    """New paths (rows of `new`) inside the path range of a rewritten file of their bucket
+    join that file: {file: rows}; the others (their rows) go into new files."""
+    ranges: dict[int, tuple[list[str], list[str], list[int]]] = {}
+    for i in sorted(rewritten, key=lambda i: (loaded.files[i][2], loaded.ranges[i][0] or "")):
+        lo, hi = loaded.ranges[i]
+        if lo is not None:
+            los, his, ids = ranges.setdefault(loaded.files[i][2], ([], [], []))
+            los.append(lo)
+            his.append(hi)
+            ids.append(i)
+    joins: dict[int, list[int]] = {}
+    rest: list[int] = []
+    buckets = new[BUCKET_COLUMN].to_pylist()
+    for k, (path, bucket) in enumerate(zip(new["relative_path"].to_pylist(), buckets,
+                                           strict=True)):
+        los, his, ids = ranges.get(bucket, ((), (), ()))
+        j = bisect.bisect_right(los, path) - 1
+        if j >= 0 and path <= his[j]:
+            joins.setdefault(ids[j], []).append(k)
+        else:
+            rest.append(k)
+    return joins, rest
+
+
