@@ -117,22 +117,15 @@ def _local_root(uri: str) -> str:
 
 
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_LOADED_ROWS,
+         candidates: list[tuple[int, str, str, int, int | None]] | None = None,
          ) -> Loaded | None:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
-    None when they hold more than `max_rows` rows."""
+    None when they hold more than `max_rows` rows. `candidates`: those files as
+    (bucket, min path, path, size, rows), when the caller knows them
+    (`directory_table.files.FileIndex.candidates`); else from `dt`'s add actions."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
 
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    wanted = set(touched_files(dt, layout, paths, actions))
-    lows = (actions["min.relative_path"].to_pylist()
-            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
-    found = sorted(
-        (int(bucket), low or "", p, int(size), n)
-        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
-                                           actions["size_bytes"].to_pylist(),
-                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
-                                           actions["num_records"].to_pylist(), lows, strict=True)
-        if p in wanted)
+    found = sorted(candidates) if candidates is not None else _candidates(dt, layout, paths)
     # read in (bucket, path range) order: rows come out grouped by bucket, sorted by path
     # inside it when the files' ranges do not overlap
     files = [(p, size, bucket) for bucket, _, p, size, _ in found]
@@ -160,6 +153,21 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_L
     buckets = np.array([f[2] for f in files], dtype=np.int32)[index]
     table = table.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32()))
     return Loaded.of(table.append_column(_FILE, pa.array(index, pa.int32())), files, paths)
+
+
+def _candidates(dt: DeltaTable, layout: Layout, paths: list[str],
+                ) -> list[tuple[int, str, str, int, int | None]]:
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    wanted = set(touched_files(dt, layout, paths, actions))
+    lows = (actions["min.relative_path"].to_pylist()
+            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
+    return sorted(
+        (int(bucket), low or "", p, int(size), n)
+        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
+                                           actions["size_bytes"].to_pylist(),
+                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
+                                           actions["num_records"].to_pylist(), lows, strict=True)
+        if p in wanted)
 
 
 def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, *, version: int, new_rows: pa.Table,
