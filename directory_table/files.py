@@ -98,6 +98,14 @@ class CommitLog:
             return os.path.exists(f"{self.root}/_delta_log/{version:020d}.json")
         return self.commit(version) is not None
 
+    def newer_than(self, version: int) -> bool:
+        """Whether the table has a version after `version`: its next commit exists, or a
+        checkpoint past it does (log clean-up may have removed the commits it covers)."""
+        if self.exists(version + 1):
+            return True
+        checkpoint = self.last_checkpoint()
+        return checkpoint is not None and checkpoint > version
+
     def last_checkpoint(self) -> int | None:
         body = self.read("_last_checkpoint")
         if not body:

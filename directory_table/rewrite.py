@@ -117,7 +117,7 @@ def _local_root(uri: str) -> str:
 
 
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int = MAX_LOADED_ROWS,
-         candidates: list[tuple[int, str, str, int, int | None]] | None = None,
+         *, candidates: list[tuple[int, str, str, int, int | None]] | None = None,
          ) -> Loaded | None:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
     None when they hold more than `max_rows` rows. `candidates`: those files as

@@ -164,7 +164,7 @@ class DirectoryTable:
             if self._dt is None or generation(options) != self._generation:
                 self._dt = DeltaTable(self.path, storage_options=options)
                 self._generation = generation(options)
-            elif self._log.exists(self._dt.version() + 1):  # else the handle is the latest
+            elif self._log.newer_than(self._dt.version()):  # else the handle is the latest
                 self._dt.update_incremental()
             return self._dt
         except TableNotFoundError as exc:
@@ -176,7 +176,7 @@ class DirectoryTable:
         if self._tomb is None or generation(options) != self._tomb_generation:
             self._tomb = DeltaTable(self.tombstones_path, storage_options=options)
             self._tomb_generation = generation(options)
-        elif self._tomb_log.exists(self._tomb.version() + 1):
+        elif self._tomb_log.newer_than(self._tomb.version()):
             self._tomb.update_incremental()
         return self._tomb
 
