@@ -118,3 +118,22 @@ def test_readers_see_the_commits_made_through_the_index(tmp_path: Path):
         change = table.changes(r.version - 1, r.version).to_pydict()
         assert sorted(change["_change_type"]) == ["update_postimage", "update_preimage"]
         assert table.file_count() == 10
+
+
+def test_the_index_on_s3_reads_new_commits_through_the_store(s3_bucket, s3_env):
+    root = f"s3://{s3_bucket}/idx"
+    table = DirectoryTable.create(root, "s3://data/", buckets=2, target_file_size=64 * 8)
+    table.apply([put(p, 1, T0) for p in PATHS[:20]])
+    other = DirectoryTable(root, "s3://data/")
+    for i in range(3):
+        at = T0 + timedelta(seconds=1 + i)
+        r = table.apply([put(PATHS[i], 5 + i, at), put(f"new{i}", 1, at)])  # rewrite path
+        assert (r.version, r.updated, r.inserted) == (2 + 2 * i, 1, 1)
+        other.apply([put(PATHS[10 + i], 7, at)])  # another writer's commit, seen before planning
+        _, index = table._write_state()
+        fresh = DeltaTable(table.path, storage_options=table.storage_options)
+        assert index.version == fresh.version() == 3 + 2 * i
+        assert entries(index) == entries(FileIndex.of(fresh))
+    sizes = dict(zip(*(table.snapshot().to_pydict()[c] for c in ("relative_path", "size")),
+                     strict=True))
+    assert [sizes[PATHS[i]] for i in (0, 1, 2, 10, 11, 12)] == [5, 6, 7, 7, 7, 7]
