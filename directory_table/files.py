@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,7 @@ class FileIndex:
 
     def __init__(self, version: int, files: list[FileEntry]):
         self.version = version
+        self._lock = threading.Lock()  # one thread at a time reads and applies new commits
         self.by_bucket: dict[int, dict[str, FileEntry]] = {}
         self.bucket_of_path: dict[str, int] = {}
         for f in files:
@@ -161,13 +163,14 @@ class FileIndex:
         `Stale` when a commit holds an action this index does not model, or when the log was
         checkpointed past the index (older commits may be gone)."""
         applied = 0
-        while True:
-            body = log.commit(self.version + 1)
-            if body is None:
-                break
-            self.apply(body)
-            self.version += 1
-            applied += 1
+        with self._lock:
+            while True:
+                body = log.commit(self.version + 1)
+                if body is None:
+                    break
+                self.apply(body)
+                self.version += 1
+                applied += 1
         checkpoint = log.last_checkpoint()
         if checkpoint is not None and checkpoint > self.version:
             raise Stale(f"checkpoint {checkpoint} is past version {self.version}")

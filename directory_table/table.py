@@ -293,7 +293,7 @@ class DirectoryTable:
             self._write_tombstones(plan.deletes + plan.remembered, now, version)
         changed = plan.inserts + plan.updates
         rows = self._rows(changed, version, now)
-        if not plan.updates and not plan.deletes:
+        if not plan.updates and not plan.deletes and loaded is None:
             if dt.version() != base_version:  # delta-rs commits after its handle's version
                 dt = self.delta()
                 if dt.version() != base_version:
