@@ -254,7 +254,10 @@ def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.D
                           format="parquet", filesystem=pafs.LocalFileSystem())
     dataset = dt.to_pyarrow_dataset()
     by_path = {f.path: f for f in dataset.get_fragments()}
-    fragments = [by_path[f] for f in files if f in by_path]  # in the order given
+    # in the order given; a file newer than the handle (the write path's handle may lag
+    # behind the file index, `directory_table.files`) is opened by its path
+    fragments = [by_path.get(f) or dataset.format.make_fragment(f, dataset.filesystem)
+                 for f in files]
     return ds.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
 
 

@@ -106,26 +106,20 @@ class Loaded:
 
 
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None = None,
-         *, storage_options: dict[str, str] | None = None) -> Loaded | Streamed:
+         *, storage_options: dict[str, str] | None = None,
+         candidates: list[tuple[int, str, str, int, int | None]] | None = None,
+         ) -> Loaded | Streamed:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
     when they hold more than `max_rows` (default `MAX_LOADED_ROWS`) rows, a `Streamed` load
-    instead (`directory_table.streamed`: file by file, bounded memory)."""
+    instead (`directory_table.streamed`: file by file, bounded memory). `candidates`: those
+    files as (bucket, min path, path, size, rows), when the caller knows them
+    (`directory_table.files.FileIndex.candidates`); else from `dt`'s add actions."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
     from directory_table.streamed import load as load_streamed
 
     max_rows = MAX_LOADED_ROWS if max_rows is None else max_rows
 
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    wanted = set(touched_files(dt, layout, paths, actions))
-    lows = (actions["min.relative_path"].to_pylist()
-            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
-    found = sorted(
-        (int(bucket), low or "", p, int(size), n)
-        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
-                                           actions["size_bytes"].to_pylist(),
-                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
-                                           actions["num_records"].to_pylist(), lows, strict=True)
-        if p in wanted)
+    found = sorted(candidates) if candidates is not None else _candidates(dt, layout, paths)
     # read in (bucket, path range) order: rows come out grouped by bucket, sorted by path
     # inside it when the files' ranges do not overlap
     files = [(p, size, bucket) for bucket, _, p, size, _ in found]
@@ -155,7 +149,23 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None 
     return Loaded.of(table.append_column(_FILE, pa.array(index, pa.int32())), files, paths)
 
 
-def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version: int, new_rows: pa.Table,
+def _candidates(dt: DeltaTable, layout: Layout, paths: list[str],
+                ) -> list[tuple[int, str, str, int, int | None]]:
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    wanted = set(touched_files(dt, layout, paths, actions))
+    lows = (actions["min.relative_path"].to_pylist()
+            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
+    return sorted(
+        (int(bucket), low or "", p, int(size), n)
+        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
+                                           actions["size_bytes"].to_pylist(),
+                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
+                                           actions["num_records"].to_pylist(), lows, strict=True)
+        if p in wanted)
+
+
+def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version: int,
+           new_rows: pa.Table,
            updated: list[str], deleted: list[str], inserted: list[str], now: datetime,
            custom_metadata: dict[str, Any], storage_options: dict[str, str]) -> None:
     """Write the files and the commit of one batch at `version` (see the module docstring).

@@ -28,7 +28,9 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
 from directory_table import _reads, rewrite
+from directory_table.cdf import _CDF_SCHEMA, _empty_cdf, read_cdf  # noqa: F401
 from directory_table.errors import CommitConflict, TableMissing
+from directory_table.files import CommitLog, FileIndex, Stale
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
@@ -38,7 +40,6 @@ from directory_table.layout import (
     bucket_array,
     bucket_groups,
     for_layout,
-    plain_types,
     read_matching,
     touched_files,
 )
@@ -115,6 +116,10 @@ class DirectoryTable:
         self.tombstones_path = f"{self.root}/tombstones"
         self._dt: DeltaTable | None = None
         self._tomb: DeltaTable | None = None
+        #: active files of the latest version, advanced from the log (`directory_table.files`)
+        self._index: FileIndex | None = None
+        self._log = CommitLog(self.path, self._options)
+        self._tomb_log = CommitLog(self.tombstones_path, self._options)
 
     #: batches of at least this many paths that update or delete rows are written by
     #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
@@ -159,7 +164,7 @@ class DirectoryTable:
             if self._dt is None or generation(options) != self._generation:
                 self._dt = DeltaTable(self.path, storage_options=options)
                 self._generation = generation(options)
-            else:
+            elif self._log.newer_than(self._dt.version()):  # else the handle is the latest
                 self._dt.update_incremental()
             return self._dt
         except TableNotFoundError as exc:
@@ -171,7 +176,7 @@ class DirectoryTable:
         if self._tomb is None or generation(options) != self._tomb_generation:
             self._tomb = DeltaTable(self.tombstones_path, storage_options=options)
             self._tomb_generation = generation(options)
-        else:
+        elif self._tomb_log.newer_than(self._tomb.version()):
             self._tomb.update_incremental()
         return self._tomb
 
@@ -210,14 +215,19 @@ class DirectoryTable:
         events = list(events)
         latest, dropped = newest_per_path(events)
         for _attempt in range(_MAX_ATTEMPTS):
-            dt = self.delta()
-            base_version = dt.version()
+            dt, index = self._write_state()
+            base_version = index.version if index else dt.version()
             layout = Layout.of(dt)
             loaded = None
-            if (self.rewrite_min_events is not None and len(latest) >= self.rewrite_min_events
+            if (index is not None and self.rewrite_min_events is not None
+                    and len(latest) >= self.rewrite_min_events
                     and len(latest) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
-                loaded = rewrite.load(dt, layout, list(latest),
-                                      storage_options=self.storage_options)
+                loaded = rewrite.load(dt, layout, list(latest), storage_options=self.storage_options,
+                                      candidates=index.candidates(layout, list(latest)))
+            if loaded is None and dt.version() != base_version:
+                dt = self.delta()  # lookups and merges read delta-rs's snapshot
+                if dt.version() != base_version:
+                    continue  # another writer committed meanwhile: plan again
             plan = self._plan(dt, layout, latest, listed_at_version, loaded)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + dropped,
@@ -229,14 +239,29 @@ class DirectoryTable:
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
                 self._commit(dt, layout, base_version, plan, loaded)
-            except CommitFailedError:
-                log.info("directory table %s: lost the race for version %d; re-planning",
-                         self.path, base_version + 1)
-                self._dt = None
+            except CommitFailedError:  # lost the race for the version: plan again
+                log.info("directory table %s: lost version %d", self.path, base_version + 1)
+                self._dt = self._index = None
                 continue
             return ApplyResult(base_version + 1, seconds=time.perf_counter() - started,
                                **result_kw)
         raise CommitConflict(f"could not commit to {self.path} after {_MAX_ATTEMPTS} attempts")
+
+    def _write_state(self) -> tuple[DeltaTable, FileIndex | None]:
+        """A handle with the latest metadata (its files may lag) and, when bucketed, the
+        index of the latest version's files, advanced from the log (`directory_table.files`)."""
+        if (self._dt is None or self._index is None
+                or generation(self.storage_options) != self._generation):
+            dt = self.delta()
+            self._index = FileIndex.of(dt) if Layout.of(dt).bucketed else None
+            return dt, self._index
+        try:
+            self._index.advance(self._log)
+        except Stale as exc:
+            log.info("directory table %s: rebuilding its file index (%s)", self.path, exc)
+            self._index = None
+            return self._write_state()
+        return self._dt, self._index
 
     def _plan(self, dt: DeltaTable, layout: Layout, latest: dict[str, FileEvent],
               listed_at_version: int | None, loaded: rewrite.Loaded | None) -> Plan:
@@ -245,7 +270,7 @@ class DirectoryTable:
         plan = Plan()
         for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
             stored = (stored_rows(loaded.stored(group).select(_ROW_COLUMNS)) if loaded
-                      else self._lookup(dt, layout, group))
+                      else self._find(dt, layout, group, _ROW_COLUMNS))
             missing = [p for p in group if p not in stored]
             tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
             part = plan_changes({p: latest[p] for p in group}, stored, tombstones,
@@ -268,7 +293,11 @@ class DirectoryTable:
             self._write_tombstones(plan.deletes + plan.remembered, now, version)
         changed = plan.inserts + plan.updates
         rows = self._rows(changed, version, now)
-        if not plan.updates and not plan.deletes:
+        if not plan.updates and not plan.deletes and loaded is None:
+            if dt.version() != base_version:  # delta-rs commits after its handle's version
+                dt = self.delta()
+                if dt.version() != base_version:
+                    raise CommitFailedError(f"version {version} already exists")
             write_deltalake(dt, for_layout(rows, layout), mode="append", commit_properties=props)
             return
         if loaded is not None:
@@ -360,9 +389,6 @@ class DirectoryTable:
         found = read_matching(dt, touched_files(dt, layout, paths), paths, columns)
         return {} if found is None else stored_rows(found)
 
-    def _lookup(self, dt: DeltaTable, layout: Layout, paths: list[str]) -> dict[str, StoredRow]:
-        return self._find(dt, layout, paths, _ROW_COLUMNS)
-
     # ---------------------------------------------------------------- reads
     def snapshot(self, version: int | None = None, columns: list[str] | None = None, *,
                  buckets: Iterable[int] | None = None) -> pa.Table:
@@ -410,29 +436,10 @@ class DirectoryTable:
                         (m, up_to_version, dt, True)]
         elif m is not None and up_to_version < m:
             segments = [(after_version, up_to_version, self.delta(up_to_version), False)]
-        parts = [self._cdf(seg_dt, a, b, layout, bucketed and layout.bucketed, wanted)
+        parts = [read_cdf(seg_dt, a, b, layout, bucketed and layout.bucketed, wanted)
                  for a, b, seg_dt, bucketed in segments if b > a]
         parts = [p for p in parts if p.num_rows]
         return pa.concat_tables(parts) if parts else _empty_cdf()
-
-    @staticmethod
-    def _cdf(dt: DeltaTable, after: int, up_to: int, layout: Layout, bucketed: bool,
-             buckets: list[int] | None) -> pa.Table:
-        predicate = None
-        if bucketed and buckets is not None:
-            predicate = f"{BUCKET_FIELD.name} IN ({', '.join(map(str, buckets)) or 'NULL'})"
-        reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to,
-                             predicate=predicate)
-        # delta-rs hands out view types (string_view, binary_view); normalise to plain ones
-        table = plain_types(pa.RecordBatchReader.from_stream(reader).read_all())
-        if not bucketed or BUCKET_FIELD.name not in table.column_names:
-            table = table.append_column(BUCKET_FIELD, bucket_array(
-                table["relative_path"].to_pylist(), layout.buckets))
-        table = table.select(_CDF_SCHEMA.names).cast(_CDF_SCHEMA)
-        if buckets is not None:
-            table = table.filter(pc.is_in(table[BUCKET_FIELD.name],
-                                          value_set=pa.array(buckets, pa.int32())))
-        return table
 
     def history(self, limit: int | None = None) -> list[dict]:
         """Commits newest first: version, timestamp (UTC datetime), operation, metrics."""
@@ -491,11 +498,3 @@ class DirectoryTable:
         from directory_table.maintenance import apply_retention
 
         return apply_retention(self, retention_days)
-
-
-_CDF_SCHEMA = TABLE_SCHEMA.append(pa.field("_change_type", pa.string())).append(
-    pa.field("_commit_version", pa.int64())).append(BUCKET_FIELD)
-
-
-def _empty_cdf() -> pa.Table:
-    return _CDF_SCHEMA.empty_table()

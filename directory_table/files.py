@@ -1,0 +1,216 @@
+"""An in-process index of a directory table's active data files, kept current by reading only
+the commits made since it was built: what lets a small batch into a table of thousands of files
+cost O(batch), not O(files) (issue 12).
+
+delta-rs brings a `DeltaTable` up to date (`update_incremental`) and lists its add actions
+(`get_add_actions`) in time that grows with the number of files (measured at 10M rows /
+4,960 files: ~12 ms per update, ~1.5 ms per listing, twice per batch). The write path needs
+much less: the version, and per bucket each file's path, size, row count and min/max
+`relative_path`. `FileIndex` holds exactly that. It is built once from delta-rs's snapshot
+(`FileIndex.of`) and then advanced by reading `_delta_log/<v+1>.json`, `<v+2>.json`, … until
+the next one is missing (ours are written at exactly the next version; another writer's are
+read the same way, so its commits are seen before planning). Only `add`, `remove`, `cdc` and
+`commitInfo` actions are understood; anything else (metadata, protocol, a deletion vector), or
+a checkpoint newer than the index (the log it would need may have been cleaned up), raises
+`Stale`: the caller rebuilds from delta-rs.
+
+    log = CommitLog(dt.table_uri, storage_options)
+    index = FileIndex.of(dt)
+    index.advance(log)                     # O(new commits)
+    index.candidates(layout, ["a/b.txt"])  # files that may hold these paths
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from directory_table.layout import BUCKET_COLUMN, Layout, _brackets
+from directory_table.storage import s3_client, split_s3
+
+__all__ = ["CommitLog", "FileEntry", "FileIndex", "Stale"]
+
+_KNOWN = frozenset({"add", "remove", "cdc", "commitInfo"})
+
+
+class Stale(Exception):
+    """The index cannot be advanced from the log: rebuild it from delta-rs's snapshot."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One active data file, as its add action describes it."""
+
+    path: str
+    size: int
+    bucket: int
+    rows: int | None
+    low: str | None
+    high: str | None
+
+
+class CommitLog:
+    """Reads a table's commit files (`_delta_log/<version>.json`) from a local disk or S3."""
+
+    def __init__(self, table_uri: str, storage_options: dict[str, str] | None = None):
+        self.local = table_uri.startswith("file://") or "://" not in table_uri
+        if self.local:
+            from urllib.parse import unquote
+
+            self.root = unquote(table_uri.removeprefix("file://")).rstrip("/")
+        else:
+            self.bucket, prefix = split_s3(table_uri)
+            self.prefix = prefix.rstrip("/")
+            self._client: Any = None
+            self._options = storage_options
+
+    def read(self, name: str) -> bytes | None:
+        """The bytes of `_delta_log/<name>`, or None when it does not exist."""
+        if self.local:
+            try:
+                with open(f"{self.root}/_delta_log/{name}", "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+        from botocore.exceptions import ClientError
+
+        if self._client is None:
+            self._client = s3_client(self._options)
+        try:
+            return self._client.get_object(Bucket=self.bucket,
+                                           Key=f"{self.prefix}/_delta_log/{name}")["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+
+    def commit(self, version: int) -> bytes | None:
+        return self.read(f"{version:020d}.json")
+
+    def exists(self, version: int) -> bool:
+        """Whether the commit of `version` exists (a cheap test before a delta-rs update)."""
+        if self.local:
+            return os.path.exists(f"{self.root}/_delta_log/{version:020d}.json")
+        return self.commit(version) is not None
+
+    def newer_than(self, version: int) -> bool:
+        """Whether the table has a version after `version`: its next commit exists, or a
+        checkpoint past it does (log clean-up may have removed the commits it covers)."""
+        if self.exists(version + 1):
+            return True
+        checkpoint = self.last_checkpoint()
+        return checkpoint is not None and checkpoint > version
+
+    def last_checkpoint(self) -> int | None:
+        body = self.read("_last_checkpoint")
+        if not body:
+            return None
+        try:
+            return int(json.loads(body)["version"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class FileIndex:
+    """The active data files of one version of a bucketed table, grouped by bucket."""
+
+    def __init__(self, version: int, files: list[FileEntry]):
+        self.version = version
+        self._lock = threading.Lock()  # one thread at a time reads and applies new commits
+        self.by_bucket: dict[int, dict[str, FileEntry]] = {}
+        self.bucket_of_path: dict[str, int] = {}
+        for f in files:
+            self._add(f)
+
+    @classmethod
+    def of(cls, dt: DeltaTable) -> FileIndex:
+        """Built from delta-rs's snapshot of `dt` (O(files), once)."""
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        n = actions.num_rows
+
+        def col(name: str) -> list:
+            return actions[name].to_pylist() if name in actions.column_names else [None] * n
+
+        buckets = col(f"partition.{BUCKET_COLUMN}")
+        files = [FileEntry(p, int(s), int(b) if b is not None else 0,
+                           None if r is None else int(r), lo, hi)
+                 for p, s, b, r, lo, hi in zip(col("path"), col("size_bytes"), buckets,
+                                               col("num_records"), col("min.relative_path"),
+                                               col("max.relative_path"), strict=True)]
+        return cls(dt.version(), files)
+
+    def _add(self, f: FileEntry) -> None:
+        self._remove(f.path)
+        self.by_bucket.setdefault(f.bucket, {})[f.path] = f
+        self.bucket_of_path[f.path] = f.bucket
+
+    def _remove(self, path: str) -> None:
+        bucket = self.bucket_of_path.pop(path, None)
+        if bucket is not None:
+            del self.by_bucket[bucket][path]
+
+    def files(self) -> list[FileEntry]:
+        return [f for files in self.by_bucket.values() for f in files.values()]
+
+    def advance(self, log: CommitLog) -> int:
+        """Apply every commit after `version` (O(new actions)); the number applied. Raises
+        `Stale` when a commit holds an action this index does not model, or when the log was
+        checkpointed past the index (older commits may be gone)."""
+        applied = 0
+        with self._lock:
+            while True:
+                body = log.commit(self.version + 1)
+                if body is None:
+                    break
+                self.apply(body)
+                self.version += 1
+                applied += 1
+        checkpoint = log.last_checkpoint()
+        if checkpoint is not None and checkpoint > self.version:
+            raise Stale(f"checkpoint {checkpoint} is past version {self.version}")
+        return applied
+
+    def apply(self, body: bytes) -> None:
+        """Apply the add and remove actions of one commit file."""
+        actions = [json.loads(line) for line in body.splitlines() if line.strip()]
+        for action in actions:
+            if not _KNOWN.issuperset(action):
+                raise Stale(f"commit {self.version + 1} holds {sorted(action)}")
+        for action in actions:
+            if "remove" in action:
+                self._remove(action["remove"]["path"])
+            elif "add" in action:
+                self._add(_entry(action["add"]))
+
+    def candidates(self, layout: Layout, paths: list[str],
+                   ) -> list[tuple[int, str, str, int, int | None]]:
+        """Files that may hold one of `paths` (`layout.touched_files`'s rule), as
+        (bucket, min path or "", path, size, rows), sorted."""
+        by_bucket: dict[int, list[str]] = {}
+        for p in sorted(set(paths)):
+            by_bucket.setdefault(layout.bucket_of(p) if layout.bucketed else 0, []).append(p)
+        out = []
+        for bucket, wanted in by_bucket.items():
+            for f in self.by_bucket.get(bucket, {}).values():
+                if _brackets(wanted, f.low, f.high):
+                    out.append((bucket, f.low or "", f.path, f.size, f.rows))
+        return sorted(out)
+
+
+def _entry(add: dict) -> FileEntry:
+    if add.get("deletionVector"):
+        raise Stale(f"{add['path']} has a deletion vector")
+    stats = add.get("stats")
+    parsed = json.loads(stats) if isinstance(stats, str) and stats else {}
+    rows = parsed.get("numRecords")
+    bucket = (add.get("partitionValues") or {}).get(BUCKET_COLUMN)
+    return FileEntry(add["path"], int(add["size"]), int(bucket) if bucket is not None else 0,
+                     None if rows is None else int(rows),
+                     (parsed.get("minValues") or {}).get("relative_path"),
+                     (parsed.get("maxValues") or {}).get("relative_path"))
