@@ -191,7 +191,7 @@ class FileIndex:
     def candidates(self, layout: Layout, paths: list[str],
                    ) -> list[tuple[int, str, str, int, int | None]]:
         """Files that may hold one of `paths` (`layout.touched_files`'s rule), as
-        (bucket, min path or "", path, size, rows), sorted."""
+        (bucket, min path or "", path, size, rows, min path, max path), sorted."""
         by_bucket: dict[int, list[str]] = {}
         for p in sorted(set(paths)):
             by_bucket.setdefault(layout.bucket_of(p) if layout.bucketed else 0, []).append(p)
@@ -199,7 +199,7 @@ class FileIndex:
         for bucket, wanted in by_bucket.items():
             for f in self.by_bucket.get(bucket, {}).values():
                 if _brackets(wanted, f.low, f.high):
-                    out.append((bucket, f.low or "", f.path, f.size, f.rows))
+                    out.append((bucket, f.low or "", f.path, f.size, f.rows, f.low, f.high))
         return sorted(out)
 
 

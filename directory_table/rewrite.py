@@ -33,9 +33,6 @@ machine has a core to spare (`filestore.run`).
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -46,13 +43,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from directory_table.filestore import Store, run
+from directory_table.commitfile import (  # noqa: F401  (re-exported: compaction, tests)
+    _CDC_SCHEMA,
+    _CHANGE_TYPE,
+    _FILE,
+    _STATS_COLUMNS,
+    MAX_ROWS_PER_FILE,
+    ROW_BYTES,
+    _by_bucket,
+    _split,
+    _stats,
+    _tagged,
+    rows_per_file,
+    write_commit,
+)
 from directory_table.layout import (
     BUCKET_COLUMN,
-    TARGET_FILE_SIZE_KEY,
     Layout,
     plain_types,
-    touched_files,
 )
 from directory_table.schema import TABLE_SCHEMA
 
@@ -61,18 +69,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Loaded", "commit", "load", "rows_per_file", "supported", "write_commit"]
 
-#: most rows per data file written here (a bigger bucket is split, sorted by path)
-MAX_ROWS_PER_FILE = 65_536
 #: most rows of touched files a rewrite keeps in memory from `load` to `commit`; a batch
 #: touching files holding more is streamed (each file read again as it is rewritten)
 MAX_LOADED_ROWS = 2_000_000
-#: in-memory bytes of a directory-table row, as far as file sizing goes
-ROW_BYTES = 64
-_FILE = "__file"
-_CHANGE_TYPE = pa.field("_change_type", pa.string())
-_CDC_SCHEMA = TABLE_SCHEMA.append(_CHANGE_TYPE)
-#: columns given min/max statistics in the files this module writes (pruning uses the path)
-_STATS_COLUMNS = ("relative_path", "size", "_image_version")
+
 
 
 def supported(dt: DeltaTable, layout: Layout) -> bool:
@@ -107,25 +107,27 @@ class Loaded:
 
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None = None,
          *, storage_options: dict[str, str] | None = None,
-         candidates: list[tuple[int, str, str, int, int | None]] | None = None,
-         ) -> Loaded | Streamed:
+         candidates: list[tuple] | None = None) -> Loaded | Streamed:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
     when they hold more than `max_rows` (default `MAX_LOADED_ROWS`) rows, a `Streamed` load
     instead (`directory_table.streamed`: file by file, bounded memory). `candidates`: those
-    files as (bucket, min path, path, size, rows), when the caller knows them
+    files as (bucket, min path or "", path, size, rows, min path, max path), when the caller
+    knows them
     (`directory_table.files.FileIndex.candidates`); else from `dt`'s add actions."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
+    from directory_table.streamed import candidates_of
     from directory_table.streamed import load as load_streamed
 
     max_rows = MAX_LOADED_ROWS if max_rows is None else max_rows
 
-    found = sorted(candidates) if candidates is not None else _candidates(dt, layout, paths)
+    found = sorted(candidates) if candidates is not None else candidates_of(dt, layout, paths)
     # read in (bucket, path range) order: rows come out grouped by bucket, sorted by path
     # inside it when the files' ranges do not overlap
-    files = [(p, size, bucket) for bucket, _, p, size, _ in found]
-    counts = [n for *_, n in found]
+    files = [(p, size, bucket) for bucket, _, p, size, *_ in found]
+    counts = [f[4] for f in found]
     if sum(n or 0 for n in counts) > max_rows:  # too much to hold in memory at once
-        return load_streamed(dt, layout, paths, max_rows, storage_options=storage_options)
+        return load_streamed(dt, layout, paths, max_rows, storage_options=storage_options,
+                             found=found)
     schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
         pa.field(_FILE, pa.int32()))
     if not files:
@@ -147,21 +149,6 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None 
     buckets = np.array([f[2] for f in files], dtype=np.int32)[index]
     table = table.append_column(BUCKET_COLUMN, pa.array(buckets, pa.int32()))
     return Loaded.of(table.append_column(_FILE, pa.array(index, pa.int32())), files, paths)
-
-
-def _candidates(dt: DeltaTable, layout: Layout, paths: list[str],
-                ) -> list[tuple[int, str, str, int, int | None]]:
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    wanted = set(touched_files(dt, layout, paths, actions))
-    lows = (actions["min.relative_path"].to_pylist()
-            if "min.relative_path" in actions.column_names else [None] * actions.num_rows)
-    return sorted(
-        (int(bucket), low or "", p, int(size), n)
-        for p, size, bucket, n, low in zip(actions["path"].to_pylist(),
-                                           actions["size_bytes"].to_pylist(),
-                                           actions[f"partition.{BUCKET_COLUMN}"].to_pylist(),
-                                           actions["num_records"].to_pylist(), lows, strict=True)
-        if p in wanted)
 
 
 def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version: int,
@@ -255,127 +242,3 @@ def _with_new_paths(kept: pa.Table, new: pa.Table) -> list[tuple[int, pa.Table]]
             rows = rows.sort_by("relative_path")
         result.append((bucket, rows))
     return sorted(result, key=lambda r: r[0])
-
-
-def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, int]],
-                 adds: list, cdc: list[tuple[int, pa.Table]],
-                 data_change: bool, now: datetime, storage_options: dict[str, str],
-                 operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
-                 metrics: dict[str, int] | None = None, store: Store | None = None) -> None:
-    """Write the data files (`adds`: rows of one bucket each, as `(bucket, table)` or a
-    function making it on a writer thread; split into files of the table's size) and change
-    files of one commit, then create its log entry at exactly `version` (`CommitFailedError`
-    if another writer made it first). `removes`: (path, size, bucket) of the files the commit
-    replaces. `data_change=False` marks a commit that changes no row (compaction): readers of
-    the change feed skip it. `store`: the table's files, when the caller has it open."""
-    max_rows = rows_per_file(dt)
-    store = store or Store(dt.table_uri, storage_options)
-    stamp = int(now.timestamp() * 1000)
-    actions: list[dict] = [
-        {"remove": {"path": path, "dataChange": data_change, "deletionTimestamp": stamp,
-                    "extendedFileMetadata": True,
-                    "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}}
-        for path, size, bucket in removes]
-
-    def write(kind: str, bucket: int, table: pa.Table) -> dict:
-        path = (f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-                if kind == "add" else
-                f"_change_data/{BUCKET_COLUMN}={bucket}/cdc-00000-{uuid.uuid4()}"
-                ".c000.snappy.parquet")
-        size = store.put(path, table)
-        action = {"path": path, "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}
-        if kind == "add":
-            action.update(modificationTime=stamp, dataChange=data_change, stats=_stats(table))
-        else:
-            action.update(dataChange=False)
-        return {kind: action}
-
-    def write_rows(made: Callable[[], tuple[int, pa.Table]]) -> list[dict]:
-        bucket, rows = made()
-        return [write("add", bucket, part) for part in _split(rows, max_rows)]
-
-    jobs: list[Callable[[], list[dict]]] = []
-    for add in adds:
-        if callable(add):
-            jobs.append(lambda add=add: write_rows(add))
-        else:  # rows at hand: one job per file
-            bucket, rows = add
-            jobs += [lambda b=bucket, p=part: [write("add", b, p)]
-                     for part in _split(rows, max_rows)]
-    jobs += [lambda b=bucket, p=part: [write("cdc", b, p.select(_CDC_SCHEMA.names))]
-             for bucket, part in cdc]
-    store.make_dirs({f"{BUCKET_COLUMN}={b}" for b in range(_buckets(dt))} if adds else set())
-    store.make_dirs({f"_change_data/{BUCKET_COLUMN}={b}" for b, _ in cdc})
-    actions += [a for made in run(lambda job: job(), jobs) for a in made]
-    adds_made = [a["add"] for a in actions if "add" in a]
-    name, parameters = operation
-    info = {"timestamp": stamp, "operation": name, "operationParameters": parameters,
-            "readVersion": version - 1, "isolationLevel": "Serializable",
-            "isBlindAppend": False, **(custom_metadata or {}),
-            "operationMetrics": {"numRemovedFiles": len(removes),
-                                 "numAddedFiles": len(adds_made),
-                                 "numOutputRows": sum(json.loads(a["stats"])["numRecords"]
-                                                      for a in adds_made),
-                                 "numAddedChangeFiles": sum(1 for a in actions if "cdc" in a),
-                                 **(metrics or {})}}
-    body = "\n".join(json.dumps(a, separators=(",", ":")) for a in [{"commitInfo": info},
-                                                                    *actions]) + "\n"
-    store.create_log_entry(version, body.encode())
-    # delta-rs checkpoints its own commits every `delta.checkpointInterval` versions (a
-    # post-commit hook); do the same for ours, so the log replay stays short
-    interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100") or 100)
-    if interval > 0 and version % interval == 0:
-        dt.update_incremental()
-        dt.create_checkpoint()
-
-
-def _buckets(dt: DeltaTable) -> int:
-    return Layout.of(dt).buckets
-
-
-def _split(rows: pa.Table, max_rows: int) -> list[pa.Table]:
-    """`rows` in equal parts of at most `max_rows` rows (no small remainder file); none when
-    empty."""
-    parts = -(-rows.num_rows // max_rows)
-    step = -(-rows.num_rows // max(1, parts)) if parts else 1
-    return [rows.slice(start, step).select(TABLE_SCHEMA.names)
-            for start in range(0, rows.num_rows, step)]
-
-
-def rows_per_file(dt: DeltaTable) -> int:
-    """Rows per data file written here: the table's `delta.targetFileSize` over an in-memory
-    estimate of a row (`ROW_BYTES`; delta-rs sizes its files by the same kind of estimate:
-    128 KiB gives ~2k rows per file there and here)."""
-    target = dt.metadata().configuration.get(TARGET_FILE_SIZE_KEY)
-    if not target:
-        return MAX_ROWS_PER_FILE
-    return max(1, min(MAX_ROWS_PER_FILE, int(target) // ROW_BYTES))
-
-
-def _tagged(rows: pa.Table, change_type: str) -> pa.Table:
-    return rows.append_column(_CHANGE_TYPE, pa.array([change_type] * rows.num_rows, pa.string()))
-
-
-def _by_bucket(table: pa.Table):
-    """(bucket, rows) for each run of rows of one bucket (a table grouped by bucket: one run
-    per bucket)."""
-    if table.num_rows == 0:
-        return
-    buckets = table[BUCKET_COLUMN].to_numpy()
-    starts = [0, *(np.flatnonzero(buckets[1:] != buckets[:-1]) + 1).tolist(), len(buckets)]
-    for a, b in zip(starts, starts[1:], strict=False):
-        yield int(buckets[a]), table.slice(a, b - a)
-
-
-def _stats(chunk: pa.Table) -> str:
-    mins, maxs, nulls = {}, {}, {}
-    for name in _STATS_COLUMNS:
-        col = chunk[name]
-        nulls[name] = col.null_count
-        mm = pc.min_max(col).as_py()
-        if mm["min"] is not None:
-            mins[name], maxs[name] = mm["min"], mm["max"]
-    return json.dumps({"numRecords": chunk.num_rows, "minValues": mins, "maxValues": maxs,
-                       "nullCount": nulls}, separators=(",", ":"))
-
-

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from directory_table.commitfile import _by_bucket, _tagged, write_commit
 from directory_table.filestore import Store, run
 from directory_table.layout import _STATS_PREFIX_LEN, BUCKET_COLUMN, Layout, touched_files
-from directory_table.rewrite import _by_bucket, _tagged, write_commit
 from directory_table.schema import TABLE_SCHEMA
 
 __all__ = ["Streamed", "commit", "load"]
@@ -69,10 +69,9 @@ class Streamed:
         return table if table is not None else self.store.read(self.files[i][0])
 
 
-def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int,
-         *, storage_options: dict[str, str] | None = None) -> Streamed:
-    """Read every data file that may hold one of `paths` (see the module docstring); keep
-    the rows of the first files, up to `max_rows` rows in all."""
+def candidates_of(dt: DeltaTable, layout: Layout, paths: list[str]) -> list[tuple]:
+    """The files of `dt` that may hold one of `paths`, as (bucket, min path or "", path,
+    size, rows, min path, max path), sorted (`files.FileIndex.candidates` without an index)."""
     actions = pa.table(dt.get_add_actions(flatten=True))
     wanted = set(touched_files(dt, layout, paths, actions))
     cols = actions.column_names
@@ -80,13 +79,23 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int,
             else [None] * actions.num_rows)
     highs = (actions["max.relative_path"].to_pylist() if "max.relative_path" in cols
              else [None] * actions.num_rows)
-    found = sorted(
+    return sorted(
         (int(bucket), low or "", p, int(size), n, low, high)
         for p, size, bucket, n, low, high in zip(
             actions["path"].to_pylist(), actions["size_bytes"].to_pylist(),
             actions[f"partition.{BUCKET_COLUMN}"].to_pylist(), actions["num_records"].to_pylist(),
             lows, highs, strict=True)
         if p in wanted)
+
+
+def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int,
+         *, storage_options: dict[str, str] | None = None,
+         found: list[tuple] | None = None) -> Streamed:
+    """Read every data file that may hold one of `paths` (see the module docstring); keep
+    the rows of the first files, up to `max_rows` rows in all. `found`: those files
+    (`candidates_of`'s form) when the caller knows them (the file index, which may be newer
+    than `dt`'s snapshot)."""
+    found = sorted(found) if found is not None else candidates_of(dt, layout, paths)
     files = [(p, size, bucket) for bucket, _, p, size, *_ in found]
     store = Store(dt.table_uri, storage_options or {})
     if not files:  # new paths only, or nothing stored near them

@@ -212,8 +212,11 @@ def test_batches_touching_many_rows_are_streamed(tmp_path, monkeypatch, threads)
         r = t.apply(events)
         assert (r.updated, r.deleted, r.inserted) == (100, 34, 30)
     same(merge, table, table.version())
-    assert loaded and len(loaded[-1].files) == 2  # 150 rows each: the first kept
-    assert loaded[-1].tables[0] is not None and loaded[-1].tables[1] is None
+    # the first files' rows are kept up to 160 rows in all, the others read again at commit
+    last = loaded[-1]
+    kept = [t is not None for t in last.tables]
+    running = [sum(last.counts[:i + 1]) for i in range(len(last.counts))]
+    assert kept == [n <= 160 for n in running] and any(kept) and not all(kept)
     assert table.history(1)[0]["operation"] == "WRITE"
 
 
@@ -241,7 +244,8 @@ def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads, mon
         assert n <= 40
     assert ["g000"] in _file_rows(table)
     assert table.file_count() == 100 + 21 - 40
-    assert sorted(len(rows) for rows in _file_rows(table)) == [1, 40, 40]
+    sizes = sorted(len(rows) for rows in _file_rows(table))   # how the 100 rows were first
+    assert sizes[0] == 1 and sum(sizes) == 81 and max(sizes) <= 40  # split depends on the writer
     kinds = sorted(table.changes(1, 2)["_change_type"].to_pylist())
     assert kinds == sorted(["delete"] * 40 + ["insert"] * 21
                            + ["update_preimage", "update_postimage"])
