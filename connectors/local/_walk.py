@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from connectors.local._walk_helper import read_entries
+
 __all__ = ["HELPER_AFTER", "_Dir", "_Files", "_HelperWalk", "_scan", "_scan_dir"]
 
 logger = logging.getLogger("connectors.local")
@@ -77,21 +79,8 @@ def _scan_dir(root: str, rel_dir: str, *, recursive: bool, strict: bool) -> _Dir
                                   path) from exc
         logger.warning("cannot list %s: %s", path, exc)
         return found
-    add_path, add_size, add_mtime = found.paths.append, found.sizes.append, found.mtimes_ns.append
-    add_dir = found.subdirs.append
-    with entries:
-        for entry in entries:
-            try:
-                if not entry.is_file(follow_symlinks=False):  # most entries are files
-                    if recursive and entry.is_dir(follow_symlinks=False):
-                        add_dir(prefix + entry.name)
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            add_path(prefix + entry.name)
-            add_size(st.st_size)
-            add_mtime(st.st_mtime_ns)
+    read_entries(entries, prefix, found.paths.append, found.sizes.append,
+                 found.mtimes_ns.append, found.subdirs.append if recursive else None)
     return found
 
 

@@ -54,6 +54,26 @@ class _Chunk:
                          array("i", map(len, etags)).tobytes(), b"".join(etags)))
 
 
+def read_entries(entries, prefix, add_name, add_size, add_mtime, add_dir) -> None:
+    """The regular files of one open `os.scandir` iterator (closed here): name (`prefix` +
+    entry name), size and mtime in ns through the three appenders; subdirectories through
+    `add_dir` (None: not recursive). One tight loop with no per-file objects, shared by the
+    caller's walk (`_walk._scan_dir`) and this helper's."""
+    with entries:
+        for entry in entries:
+            try:
+                if not entry.is_file(follow_symlinks=False):  # most entries are files
+                    if add_dir is not None and entry.is_dir(follow_symlinks=False):
+                        add_dir(prefix + entry.name)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            add_name(prefix + entry.name)
+            add_size(st.st_size)
+            add_mtime(st.st_mtime_ns)
+
+
 def walk(root: bytes, dirs: list[bytes], out, budget: int) -> None:
     """Walk `dirs` (and below) depth first; write FILES frames and one DONE or ERROR."""
     stack = list(reversed(dirs))
@@ -73,21 +93,8 @@ def walk(root: bytes, dirs: list[bytes], out, budget: int) -> None:
             out.write(_HEAD.pack(3, len(bad)) + struct.pack("<i", exc.errno or 13) + bad)
             out.flush()
             return
-        add_name, add_size, add_mtime = chunk.names.append, chunk.sizes.append, \
-            chunk.mtimes.append
-        with entries:
-            for entry in entries:
-                try:
-                    if not entry.is_file(follow_symlinks=False):
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(prefix + entry.name)
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                add_name(prefix + entry.name)
-                add_size(st.st_size)
-                add_mtime(st.st_mtime_ns)
+        read_entries(entries, prefix, chunk.names.append, chunk.sizes.append,
+                     chunk.mtimes.append, stack.append)
         total += len(chunk.names) - counted
         counted = len(chunk.names)
         if counted >= CHUNK:
