@@ -116,12 +116,7 @@ def test_rewritten_files_stay_sorted_and_split(tmp_path, rewrite_path):
     table.rewrite_min_events = 1
     table.apply([put(f"f{i:04d}", 1, T0) for i in range(3000)])
     table.apply([put(f"f{i:04d}", 2, T0 + timedelta(seconds=1)) for i in range(0, 3000, 7)])
-    actions = pa.table(table.delta().get_add_actions(flatten=True)).to_pydict()
-    for path, lo, hi, n in zip(actions["path"], actions["min.relative_path"],
-                               actions["max.relative_path"], actions["num_records"],
-                               strict=True):
-        data = pa.parquet.read_table(Path(table.path) / path)["relative_path"].to_pylist()
-        assert data == sorted(data) and (data[0], data[-1], len(data)) == (lo, hi, n)
+    assert_files_sorted(table)
     assert table.file_count() == 3000
     assert sorted(table.snapshot(columns=["relative_path"])["relative_path"].to_pylist()) == [
         f"f{i:04d}" for i in range(3000)]
@@ -235,13 +230,7 @@ def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads, mon
               + [put("g000", 4, at)] + [rm(f"f{i:03d}", at) for i in range(120, 200, 2)])
     r = table.apply(events)
     assert (r.updated, r.inserted, r.deleted) == (1, 21, 40)
-    actions = pa.table(table.delta().get_add_actions(flatten=True)).to_pydict()
-    for path, lo, hi, n in zip(actions["path"], actions["min.relative_path"],
-                               actions["max.relative_path"], actions["num_records"],
-                               strict=True):
-        data = pa.parquet.read_table(Path(table.path) / path)["relative_path"].to_pylist()
-        assert data == sorted(data) and (data[0], data[-1], len(data)) == (lo, hi, n)
-        assert n <= 40
+    assert_files_sorted(table, max_rows=40)
     assert ["g000"] in _file_rows(table)
     assert table.file_count() == 100 + 21 - 40
     sizes = sorted(len(rows) for rows in _file_rows(table))   # how the 100 rows were first
@@ -249,6 +238,18 @@ def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads, mon
     kinds = sorted(table.changes(1, 2)["_change_type"].to_pylist())
     assert kinds == sorted(["delete"] * 40 + ["insert"] * 21
                            + ["update_preimage", "update_postimage"])
+
+
+def assert_files_sorted(table: DirectoryTable, max_rows: int | None = None) -> None:
+    """Every data file is sorted by path, its log statistics (min, max, rows) are its own,
+    and it holds at most `max_rows` rows."""
+    actions = pa.table(table.delta().get_add_actions(flatten=True)).to_pydict()
+    for path, lo, hi, n in zip(actions["path"], actions["min.relative_path"],
+                               actions["max.relative_path"], actions["num_records"],
+                               strict=True):
+        data = pa.parquet.read_table(Path(table.path) / path)["relative_path"].to_pylist()
+        assert data == sorted(data) and (data[0], data[-1], len(data)) == (lo, hi, n)
+        assert max_rows is None or n <= max_rows
 
 
 def _file_rows(table: DirectoryTable) -> list[list[str]]:
