@@ -372,16 +372,13 @@ class _Tables:
     def __init__(self, root: str):
         self.warehouse = Warehouse(root)
         self._volumes = VolumeRegistry(self.warehouse, lambda: None)
+        self.tables = TableStore.of_warehouse(self.warehouse)
 
     def volume_spec(self, volume: str) -> Any:
         return self._volumes.spec(volume)
 
     def directory_table(self, volume: str) -> Any:
         return self._volumes.table(self._volumes.spec(volume))
-
-    @property
-    def tables(self) -> TableStore:
-        return TableStore(self.warehouse.location.join("tables"), self.warehouse.storage_options)
 
 
 def _spark_task(args: tuple) -> dict[str, Any]:

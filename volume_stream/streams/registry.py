@@ -38,8 +38,7 @@ class StreamRegistry:
     def __init__(self, volumes: VolumeRegistry):
         self.volumes = volumes
         self.warehouse = volumes.warehouse
-        self.tables = TableStore(self.warehouse.location.join("tables"),
-                                 self.warehouse.storage_options)
+        self.tables = TableStore.of_warehouse(self.warehouse)
 
     def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
                mode: str = "STANDARD", show_initial_rows: bool = False,

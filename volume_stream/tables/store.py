@@ -95,6 +95,11 @@ class TableStore:
         #: the tables' folder: an absolute local path or `scheme://bucket/prefix`
         self.root = self.location.uri
 
+    @classmethod
+    def of_warehouse(cls, warehouse: Any) -> TableStore:
+        """The tables of `warehouse` (a `Warehouse`: its `tables/` folder, its options)."""
+        return cls(warehouse.location.join("tables"), warehouse.storage_options)
+
     @property
     def storage_options(self) -> dict[str, str]:
         """delta-rs's options with current credentials (an assumed role's are refreshed)."""
