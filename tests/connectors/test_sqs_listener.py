@@ -6,6 +6,7 @@ the queue, visibility can be extended, a backlog is drained in parallel."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -27,6 +28,7 @@ from tests.aws_fixtures import (  # noqa: F401
     queue_counts,
     wait_until,
 )
+from tests.fakes.faulty_proxy import FaultyProxy
 
 
 def listen(rig: AwsRig, prefix: str = "", **kw) -> SqsListener:
@@ -311,17 +313,24 @@ def test_drain_stops_before_its_own_messages_become_visible_again(notified_bucke
         rig.sqs.send_message_batch(QueueUrl=rig.queue_url, Entries=[
             {"Id": str(i), "MessageBody": s3_body(rig.bucket, f"in/d{start + i}")}
             for i in range(10)])
-    # a 3 s visibility: the drain must stop after ~1.5 s, long before receiving its own
-    # messages again; what it leaves stays on the queue for the next receive (1 s left too
-    # little slack for a single slow ReceiveMessage on a loaded 2-core machine)
-    with listen(rig, "in/", max_workers=2, visibility_timeout=3) as listener:
-        started = time.monotonic()
-        batch = listener.receive(timeout=2)
-        elapsed = time.monotonic() - started
-        paths = [e.relative_path for e in batch.events]
-        assert len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
-        assert elapsed < 5
+    # Every call goes through a proxy adding 0.25 s, so draining all 300 messages (30 calls on
+    # 2 workers) would take ~3.75 s: past the 3 s deadline (half the 6 s visibility), so the
+    # drain must stop early. A duplicate would need one call to take over 3 s, which a loaded
+    # 2-core machine does not reach (with a 3 s visibility and no latency it did, once).
+    with FaultyProxy(rig.endpoint, rate=1.0, faults=("latency",), latency_s=0.25) as proxy:
+        slow = dataclasses.replace(rig, endpoint=proxy.endpoint)
+        with listen(slow, "in/", max_workers=2, visibility_timeout=6) as listener:
+            started = time.monotonic()
+            batch = listener.receive(timeout=2)
+            elapsed = time.monotonic() - started
+            paths = [e.relative_path for e in batch.events]
+            assert len(paths) == len(set(paths)) and batch.info["duplicates"] == 0
+            assert 0 < len(paths) < 300  # it stopped: the rest waits for the next receive
+            assert elapsed < 6
+    with listen(rig, "in/", visibility_timeout=6) as listener:  # straight to moto
         listener.ack(batch.handles)
+        rest = listener.receive(timeout=2)
+        assert not {e.relative_path for e in rest.events} & set(paths)
 
 
 def test_each_event_maps_to_its_messages_handle_and_a_partial_ack_keeps_the_rest(
