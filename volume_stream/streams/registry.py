@@ -8,11 +8,13 @@ warehouse catalog (`commit_offset`), so two racing consumers cannot both move on
 from __future__ import annotations
 
 import functools
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 
+from directory_table import DirectoryTable
 from volume_stream.errors import (
     AlreadyExistsError,
     ConsumeConflictError,
@@ -39,6 +41,19 @@ class StreamRegistry:
         self.volumes = volumes
         self.warehouse = volumes.warehouse
         self.tables = TableStore.of_warehouse(self.warehouse)
+        # one open directory table per volume for reads: it brings its Delta handle up to
+        # date only when a newer commit exists (opening one costs a log replay per read)
+        self._readers: dict[tuple[str, str, str], DirectoryTable] = {}
+        self._readers_lock = threading.Lock()
+
+    def _table(self, volume: VolumeSpec) -> DirectoryTable:
+        """The volume's directory table, kept open between reads."""
+        key = (volume.name, volume.id, volume.location)
+        with self._readers_lock:
+            table = self._readers.get(key)
+            if table is None:
+                table = self._readers[key] = self.volumes.table(volume)
+            return table
 
     def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
                mode: str = "STANDARD", show_initial_rows: bool = False,
@@ -120,7 +135,7 @@ class StreamRegistry:
     def latest_version(self, volume: VolumeSpec) -> int:
         """The latest version of the volume's directory table."""
         with converted(f"volume {volume.name!r}"):
-            return self.volumes.table(volume).version()
+            return self._table(volume).version()
 
     def pending(self, name: str) -> tuple[pa.Table, dict[str, Any], int, int]:
         """(records, spec, a, b): the stream's records in (offset a, latest version b]."""
@@ -181,7 +196,7 @@ class StreamRegistry:
             StaleStreamError: `a` is older than the oldest kept version.
         """
         with converted(f"stream {name!r}"):
-            reader = VersionReader(volume, self.volumes.table(volume))
+            reader = VersionReader(volume, self._table(volume))
             if not reader.is_kept(a):
                 raise StaleStreamError(name, a, reader.oldest())
             return reader.records(spec["mode"], a, b, initial_pending=spec["initial_pending"])
@@ -208,7 +223,7 @@ class StreamRegistry:
             return {**tstreams.describe(self.tables, stored), "pinned_end": _pinned_end(stored)}
         spec, volume = self.spec(name)
         with converted(f"stream {name!r}"):
-            table = self.volumes.table(volume)
+            table = self._table(volume)
             info = {k: v for k, v in spec.items() if k not in ("volume_id", "pinned")}
             info["pinned_end"] = _pinned_end(spec)
             info["latest_version"] = table.version()
