@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Protocol
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -9,7 +12,44 @@ from deltalake import DeltaTable
 from directory_table.layout import Layout, bucket_array, plain_types
 from directory_table.schema import BUCKET_FIELD, TABLE_SCHEMA
 
-__all__ = ["read_cdf"]
+__all__ = ["changes", "read_cdf"]
+
+
+class _Table(Protocol):
+    """What `changes` needs of a `DirectoryTable`."""
+
+    def reader(self, up_to: int) -> DeltaTable: ...
+
+    def delta(self, version: int | None = None) -> DeltaTable: ...
+
+
+def changes(table: _Table, after_version: int, up_to_version: int,
+            buckets: Iterable[int] | None = None) -> pa.Table:
+    """The change data feed of `table`'s versions (after_version, up_to_version].
+
+    Each row keeps its `_bucket` (for a table in the pre-bucket layout: the bucket the path
+    will have once migrated, or 0); `buckets` keeps only those buckets' changes. The commit
+    that migrated the table into buckets rewrote every row unchanged: it is not part of any
+    range. The table's open Delta handle is read as it is unless a commit of the range
+    changes metadata (`DirectoryTable.reader`).
+    """
+    if up_to_version <= after_version:
+        return _empty_cdf()
+    wanted = sorted(set(buckets)) if buckets is not None else None
+    dt = table.reader(up_to_version)
+    layout = Layout.of(dt)
+    m = layout.migrated_version
+    segments = [(after_version, up_to_version, dt, True)]
+    if m is not None and after_version < m <= up_to_version:
+        # before the migration the table had another layout: read it at that version
+        segments = [(after_version, m - 1, table.delta(m - 1), False),
+                    (m, up_to_version, dt, True)]
+    elif m is not None and up_to_version < m:
+        segments = [(after_version, up_to_version, table.delta(up_to_version), False)]
+    parts = [read_cdf(seg_dt, a, b, layout, bucketed and layout.bucketed, wanted)
+             for a, b, seg_dt, bucketed in segments if b > a]
+    parts = [p for p in parts if p.num_rows]
+    return pa.concat_tables(parts) if parts else _empty_cdf()
 
 
 def read_cdf(dt: DeltaTable, after: int, up_to: int, layout: Layout, bucketed: bool,

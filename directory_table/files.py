@@ -107,6 +107,27 @@ class CommitLog:
         checkpoint = self.last_checkpoint()
         return checkpoint is not None and checkpoint > version
 
+    def latest_from(self, version: int) -> int | None:
+        """The newest version reached by the commits after `version` (a look per commit), or
+        None when a checkpoint past `version` may stand for commits already cleaned up."""
+        latest = version
+        while self.exists(latest + 1):
+            latest += 1
+        if latest == version:
+            checkpoint = self.last_checkpoint()
+            if checkpoint is not None and checkpoint > version:
+                return None
+        return latest
+
+    def changes_metadata(self, after: int, up_to: int) -> bool:
+        """Whether a commit in (after, up_to] may change the table's metadata or protocol
+        (or is missing): a reader must then bring its snapshot up to date first."""
+        for version in range(after + 1, up_to + 1):
+            body = self.commit(version)
+            if body is None or b'"metaData"' in body or b'"protocol"' in body:
+                return True
+        return False
+
     def last_checkpoint(self) -> int | None:
         body = self.read("_last_checkpoint")
         if not body:

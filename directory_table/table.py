@@ -28,7 +28,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
 from directory_table import _reads, rewrite
-from directory_table.cdf import _CDF_SCHEMA, _empty_cdf, read_cdf  # noqa: F401
+from directory_table.cdf import _CDF_SCHEMA, _empty_cdf, changes, read_cdf  # noqa: F401
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
 from directory_table.layout import (
@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
 _MAX_ATTEMPTS = 20
+#: most commits a read may be behind its open handle before the handle is brought up to date
+_STALE_READS = 50
 #: paths planned per group of buckets: bounds the stored rows held in memory by a huge batch
 _LOOKUP_GROUP = 200_000
 _ROW_COLUMNS = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
@@ -186,7 +188,25 @@ class DirectoryTable:
         return Layout.of(self.delta())
 
     def version(self) -> int:
+        """The latest version: the open handle's plus the commits found after it (bringing the
+        handle up to date costs a snapshot update that grows with the files: ~18 ms at 10M
+        rows, against a look per commit)."""
+        if self._dt is not None and generation(self.storage_options) == self._generation:
+            latest = self._log.latest_from(self._dt.version())
+            if latest is not None and latest - self._dt.version() <= _STALE_READS:
+                return latest
         return self.delta().version()
+
+    def reader(self, up_to: int) -> DeltaTable:
+        """A handle to read the change feed up to `up_to` with: the open one as it is when the
+        commits after it change no metadata (delta-rs reads those commits from the log
+        itself), else the latest (`delta()`)."""
+        dt = self._dt
+        if dt is None or generation(self.storage_options) != self._generation \
+                or up_to - dt.version() > _STALE_READS \
+                or self._log.changes_metadata(dt.version(), up_to):
+            return self.delta()
+        return dt
 
     def file_count(self) -> int:
         """Rows at the latest version, from the log's file statistics (no data read)."""
@@ -416,30 +436,9 @@ class DirectoryTable:
 
     def changes(self, after_version: int, up_to_version: int, *,
                 buckets: Iterable[int] | None = None) -> pa.Table:
-        """The change data feed of versions (after_version, up_to_version]: O(changes).
-
-        Each row keeps its `_bucket` (for a table in the pre-bucket layout: the bucket the
-        path will have once migrated, or 0); `buckets` keeps only those buckets' changes.
-        The commit that migrated the table into buckets rewrote every row unchanged: it is not
-        part of any range.
-        """
-        if up_to_version <= after_version:
-            return _empty_cdf()
-        wanted = sorted(set(buckets)) if buckets is not None else None
-        dt = self.delta()
-        layout = Layout.of(dt)
-        m = layout.migrated_version
-        segments = [(after_version, up_to_version, dt, True)]
-        if m is not None and after_version < m <= up_to_version:
-            # before the migration the table had another layout: read it at that version
-            segments = [(after_version, m - 1, self.delta(m - 1), False),
-                        (m, up_to_version, dt, True)]
-        elif m is not None and up_to_version < m:
-            segments = [(after_version, up_to_version, self.delta(up_to_version), False)]
-        parts = [read_cdf(seg_dt, a, b, layout, bucketed and layout.bucketed, wanted)
-                 for a, b, seg_dt, bucketed in segments if b > a]
-        parts = [p for p in parts if p.num_rows]
-        return pa.concat_tables(parts) if parts else _empty_cdf()
+        """The change data feed of versions (after_version, up_to_version]: O(changes)
+        (`directory_table.cdf.changes`)."""
+        return changes(self, after_version, up_to_version, buckets)
 
     def history(self, limit: int | None = None) -> list[dict]:
         """Commits newest first: version, timestamp (UTC datetime), operation, metrics."""
