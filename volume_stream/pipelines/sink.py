@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -40,10 +39,10 @@ from directory_table.roles import fresh, live_options
 from directory_table.storage import filesystem_for
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.pipelines.executor import stats_json
+from volume_stream.warehouse import check_name
 
 __all__ = ["DeltaSink", "Progress", "resolve_target"]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _STEP = 2 ** 32
 _NOT_TYPE_KEYS = {"nullable", "containsNull", "valueContainsNull", "metadata"}
 
@@ -69,9 +68,7 @@ def resolve_target(warehouse_root: Path | str, target: str) -> str:
                 f"target {target!r} climbs out with '..': give a bare name (a table under "
                 f"{Path(warehouse_root) / 'tables'}) or an absolute path or URI")
         return os.path.abspath(os.path.expanduser(target))
-    if not _NAME.match(target):
-        raise InvalidInputError(f"invalid target name {target!r}: use letters, digits and '_' "
-                                f"(or give a path)")
+    check_name("target table", target)
     if isinstance(warehouse_root, str) and "://" in warehouse_root:
         return f"{warehouse_root.rstrip('/')}/tables/{target}"  # an object-store warehouse
     return str(Path(warehouse_root) / "tables" / target)

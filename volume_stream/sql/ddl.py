@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from volume_stream.errors import InvalidInputError
 from volume_stream.sql.lexer import NUMBER, OP, QUOTED, STRING, WORD, SqlSyntaxError, Statement
 from volume_stream.sql.lexer import Token as _Token
 from volume_stream.sql.statements import (
@@ -39,13 +40,13 @@ from volume_stream.sql.statements import (
     Prop,
     Show,
 )
+from volume_stream.warehouse import check_name
 
 __all__ = [
     "AlterTable", "AlterVolume", "CreateConnection", "CreateStream", "CreateVolume", "Describe", "Drop",
     "EnvRef", "Prop", "Show", "parse",
 ]
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _ENV_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -113,10 +114,10 @@ class _Parser:
         if self.peek().kind == OP and self.peek().text == ".":
             raise self.error(f"{what} names are not qualified (volume-stream has no schemas); "
                              f"write just the name", token)
-        if not _IDENT.match(token.value):
-            raise self.error(f"invalid {what} name {token.value!r}: use letters, digits and "
-                             f"'_', starting with a letter or '_' (at most 128 characters)",
-                             token)
+        try:
+            check_name(what, token.value)
+        except InvalidInputError as exc:
+            raise self.error(str(exc), token) from exc
         return token.value
 
     def string(self, what: str) -> str:

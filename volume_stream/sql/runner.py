@@ -28,12 +28,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from volume_stream._spark import is_connect
-from volume_stream.errors import InvalidInputError, VolumeStreamError
+from volume_stream.errors import InvalidInputError, SqlSyntaxError, VolumeStreamError
 from volume_stream.sql import ddl, ddl_exec, tables
-from volume_stream.sql.lexer import Statement, split
+from volume_stream.sql.lexer import OP, Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import PENDING as _PENDING
 from volume_stream.sql.udfs import UDFS as _UDFS
+from volume_stream.tables.expressions import MAX_NESTING
 
 #: the Catalog (volume_stream.catalog) this runs against; only its public methods are used
 Catalog = Any
@@ -72,12 +73,28 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
             if exc.advice and "sql" in exc.advice:
                 exc.args = (exc.message("sql"),)  # SQL advice for SQL ("CREATE OR REPLACE")
             raise
+    _check_nesting(statement)
     if getattr(catalog, "spark_started", True):
         _flush_pending(catalog)
         udfs = set(_UDFS.get(catalog.spark, {}))
     else:  # Spark starts only if the statement parses (dml.run): syntax errors come first
         udfs = {name.lower() for name, _, _ in _PENDING.get(catalog, [])}
     return tables.run(catalog, statement, udfs, before_spark=lambda: _flush_pending(catalog))
+
+
+def _check_nesting(statement: Statement) -> None:
+    """Parentheses nested past MAX_NESTING are a syntax error at the one that goes too deep
+    (sqlglot's parser recurses per level and Python's stack ends near a hundred)."""
+    depth = 0
+    for token in statement.tokens:
+        if token.kind == OP and token.text == "(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise SqlSyntaxError(f"parentheses nest more than {MAX_NESTING} levels deep",
+                                     token.line, token.column, found="(",
+                                     snippet=statement.snippet(token.pos))
+        elif token.kind == OP and token.text == ")":
+            depth -= 1
 
 
 def _flush_pending(catalog: Catalog) -> None:

@@ -103,6 +103,7 @@ class StreamRegistry:
         return offset
 
     def drop(self, name: str, *, if_exists: bool = False) -> bool:
+        check_name(STREAM, name)
         def drop(state: CatalogState) -> bool:
             if (STREAM, name) not in state:
                 if if_exists:

@@ -3,7 +3,21 @@ whose predicates and update expressions are DataFusion SQL: identifiers are quot
 leading underscores survive), literals and operators are rendered in the Postgres-like dialect
 DataFusion reads. Nothing is built by string pasting of user text.
 
+Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESIGN §8.3):
+
+- **Three-valued logic.** A row is touched only where the predicate is TRUE: the translation is
+  `(p) IS TRUE`. Without it delta-rs folds a constant NULL predicate (`name = NULL`,
+  `id + NULL > 0`, `1/0 = 1`) to "no filter" and deletes every row.
+- **Bounded depth.** DataFusion plans an expression recursively on threads whose stack we do not
+  size, so a left-deep chain of thousands of ORs overflowed it (a segfault) or took minutes.
+  Chains of AND / OR are rebuilt as balanced trees (depth log n) and IN lists longer than
+  `IN_CHUNK` become a balanced OR of shorter IN lists (the same three-valued result). Parentheses
+  nested deeper than `MAX_NESTING` are refused before sqlglot's recursive parser sees them.
+- **Known columns.** Every unqualified column must exist (case-insensitively), so a typo is
+  reported naming the table, not by DataFusion.
+
     to_delta("id = 1 OR name = 'x'")     # -> '"id" = 1 OR "name" = \\'x\\''
+    to_delta_predicate("name = NULL")    # -> '("name" = NULL) IS TRUE'
 """
 
 from __future__ import annotations
@@ -13,18 +27,99 @@ from sqlglot import exp
 
 from volume_stream.errors import InvalidInputError
 
-__all__ = ["column_names", "parse_expression", "to_delta"]
+__all__ = ["IN_CHUNK", "MAX_NESTING", "column_names", "parse_expression", "to_delta",
+           "to_delta_predicate"]
 
 _OUT = "postgres"
+#: the deepest parenthesis nesting an expression may have
+MAX_NESTING = 40
+#: IN lists longer than this are split into a balanced OR of lists this long
+IN_CHUNK = 512
+_BALANCE_FROM = 8   # chains shorter than this are left as written
+
+
+def _nesting(text: str) -> int:
+    """The deepest parenthesis nesting of `text`, outside quoted strings and identifiers."""
+    depth = deepest = 0
+    quote = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote != "`":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+        i += 1
+    return deepest
 
 
 def parse_expression(text: str) -> exp.Expression:
     """Parse one Spark SQL expression; a syntax error is an InvalidInputError."""
+    shown = text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
+    if _nesting(text) > MAX_NESTING:
+        raise InvalidInputError(f"expression {shown!r} nests parentheses {_nesting(text)} deep; "
+                                f"at most {MAX_NESTING} levels are supported")
     try:
         return sqlglot.parse_one(text, read="spark", into=exp.Condition)
     except sqlglot.errors.SqlglotError as exc:
-        raise InvalidInputError(f"cannot parse expression {text!r}: "
+        raise InvalidInputError(f"cannot parse expression {shown!r}: "
                                 f"{str(exc).splitlines()[0]}") from exc
+    except RecursionError as exc:
+        raise InvalidInputError(f"expression {shown!r} is nested too deeply to parse; "
+                                f"simplify it") from exc
+
+
+def _chain(top: exp.Expression) -> list[exp.Expression]:
+    """The operands of a chain of one connective (a OR b OR c ...), in order, iteratively."""
+    kind, leaves, stack = type(top), [], [top]
+    while stack:
+        node = stack.pop()
+        if type(node) is kind:
+            stack += [node.expression, node.this]
+        else:
+            leaves.append(node)
+    return leaves
+
+
+def _balanced(kind: type, leaves: list[exp.Expression]) -> exp.Expression:
+    if len(leaves) == 1:
+        return leaves[0]
+    mid = len(leaves) // 2
+    return exp.Paren(this=kind(this=_balanced(kind, leaves[:mid]),
+                               expression=_balanced(kind, leaves[mid:])))
+
+
+def _shallow(node: exp.Expression) -> exp.Expression:
+    """`node` with long AND/OR chains balanced and long IN lists split (same truth values)."""
+    for item in list(node.find_all(exp.In)):
+        values = item.expressions
+        if len(values) > IN_CHUNK and not item.args.get("query"):
+            parts = [exp.In(this=item.this.copy(), expressions=values[i:i + IN_CHUNK])
+                     for i in range(0, len(values), IN_CHUNK)]
+            new = _balanced(exp.Or, parts)
+            if item is node:
+                node = new
+            else:
+                item.replace(new)
+    tops = [n for n in node.find_all(exp.And, exp.Or) if type(n.parent) is not type(n)]
+    for top in reversed(tops):  # deepest first: a chain's operands are final when it is built
+        leaves = _chain(top)
+        if len(leaves) < _BALANCE_FROM:
+            continue
+        new = _balanced(type(top), leaves)
+        if top is node:
+            node = new
+        else:
+            top.replace(new)
+    return node
 
 
 def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
@@ -53,7 +148,14 @@ def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
             col.set("this", exp.to_identifier(stored, quoted=True))
     for ident in node.find_all(exp.Identifier):
         ident.set("quoted", True)
-    return node.sql(dialect=_OUT)
+    return _shallow(node).sql(dialect=_OUT)
+
+
+def to_delta_predicate(node: exp.Expression | str, *, columns: list[str] | None = None,
+                       table: str = "") -> str:
+    """A condition as delta-rs SQL that is TRUE exactly where the condition is TRUE (NULL and
+    FALSE both leave a row alone, as SQL's three-valued logic says)."""
+    return f"({to_delta(node, columns=columns, table=table)}) IS TRUE"
 
 
 def column_names(node: exp.Expression) -> set[tuple[str, str]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,8 +47,9 @@ from volume_stream.errors import (
     NotFoundError,
     VolumeStreamError,
 )
-from volume_stream.tables.expressions import to_delta
+from volume_stream.tables.expressions import to_delta, to_delta_predicate
 from volume_stream.tables.types import arrow_type, conform, sql_type
+from volume_stream.warehouse import check_name
 from volume_stream.warehouse.location import Location, storage_error
 
 __all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "TableStore"]
@@ -57,6 +59,7 @@ HIDDEN = (ROW_ID, ROW_VERSION)
 CDF = "delta.enableChangeDataFeed"
 _PROPERTIES = {"change_tracking": CDF}
 _ATTEMPTS = 20
+_STACK = 256 * 1024 * 1024
 TABLE = "table"
 
 
@@ -78,6 +81,35 @@ class MergeClause:
     action: str
     condition: Any = None
     assignments: dict[str, Any] | None = None
+
+
+def _deep_stack(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` on a thread with a 256 MiB stack: delta-rs parses and plans a predicate on
+    the calling thread, recursively, and a long one overflowed the main thread's 8 MiB (a
+    segfault that killed the process)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = fn(*args)
+        except BaseException as exc:  # handed back to the caller's thread as it was
+            out["error"] = exc
+
+    old = threading.stack_size(_STACK)
+    try:
+        thread = threading.Thread(target=run, name="volume-stream-delta-write")
+        thread.start()
+    finally:
+        threading.stack_size(old)
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
 
 
 def _quote(name: str) -> str:
@@ -107,7 +139,7 @@ class TableStore:
 
     # ------------------------------------------------------------------ lookups
     def path(self, name: str) -> str:
-        return self.location.join(name)
+        return self.location.join(check_name(TABLE, name))
 
     def _children(self, relative: str = "") -> list[str]:
         try:
@@ -119,11 +151,11 @@ class TableStore:
         return sorted(n for n in self._children() if self.exists(n))
 
     def exists(self, name: str) -> bool:
-        return bool(self._children(f"{name}/_delta_log"))
+        return bool(self._children(f"{check_name(TABLE, name)}/_delta_log"))
 
     def occupied(self, name: str) -> bool:
         """Whether anything (a table, or a folder that is not one) is stored under `name`."""
-        return bool(self._children(name))
+        return bool(self._children(check_name(TABLE, name)))
 
     def open(self, name: str) -> DeltaTable:
         """The Delta table `name`; NotFoundError lists the tables that exist."""
@@ -303,13 +335,21 @@ class TableStore:
             dt = dt or self.open(name)
             version = dt.version() + 1
             try:
-                result = write(dt, version, CommitProperties(max_commit_retries=0))
+                result = _deep_stack(write, dt, version, CommitProperties(max_commit_retries=0))
             except CommitFailedError:
                 dt = None  # lost a race: reload and stamp the next version
                 time.sleep(random.uniform(0, 0.01 * (attempt + 1)))
                 continue
-            except DeltaError as exc:
-                raise InvalidInputError(f"table {name!r}: {exc}") from exc
+            except VolumeStreamError:
+                raise
+            except Exception as exc:
+                # delta-rs raises DeltaError, or a bare Exception for DataFusion's planning and
+                # cast errors ("Cast error: ..."): the statement is at fault, nothing was written
+                if not isinstance(exc, DeltaError) and type(exc) is not Exception:
+                    raise
+                raise InvalidInputError(f"table {name!r}: the statement cannot run on this "
+                                        f"table: {_first_line(exc)}; nothing was written"
+                                        ) from exc
             return version, result
         raise CommitConflictError(f"table {self.path(name)}: lost the race for the next "
                                   f"version {_ATTEMPTS} times in a row (other writers keep "
@@ -342,7 +382,8 @@ class TableStore:
         cols = schema.names
         updates = {self._column(name, cols, c): to_delta(e, columns=cols, table=name)
                    for c, e in assignments.items()}
-        predicate = to_delta(where, columns=cols, table=name) if where is not None else None
+        predicate = to_delta_predicate(where, columns=cols, table=name) if where is not None \
+            else None
 
         def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
             stamped = {_quote(c): e for c, e in updates.items()}
@@ -355,7 +396,8 @@ class TableStore:
 
     def delete(self, name: str, where: Any = None) -> tuple[int, int]:
         dt, schema, _ = self._layout(name)
-        predicate = to_delta(where, columns=schema.names, table=name) if where is not None \
+        predicate = to_delta_predicate(where, columns=schema.names, table=name) \
+            if where is not None \
             else None
 
         def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
@@ -379,7 +421,8 @@ class TableStore:
         predicate = to_delta(on, table=name)
         plan = []
         for clause in clauses:
-            cond = to_delta(clause.condition, table=name) if clause.condition is not None \
+            cond = to_delta_predicate(clause.condition, table=name) \
+                if clause.condition is not None \
                 else None
             sets = {self._column(name, cols, c): to_delta(e, table=name)
                     for c, e in (clause.assignments or {}).items()}

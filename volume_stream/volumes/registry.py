@@ -170,6 +170,7 @@ class VolumeRegistry:
             raise InvalidInputError(f"volume {spec.name!r}: {exc}") from exc
 
     def drop(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
+        check_name(VOLUME, name)
         def drop(state: CatalogState) -> VolumeSpec | None:
             if (VOLUME, name) not in state:
                 if if_exists:

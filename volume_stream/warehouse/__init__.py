@@ -2,6 +2,8 @@
 
 from volume_stream.warehouse.store import (
     MARKER,
+    NAME_PATTERN,
+    NAME_RULE,
     STREAM,
     VOLUME,
     CatalogState,
@@ -11,4 +13,5 @@ from volume_stream.warehouse.store import (
     now,
 )
 
-__all__ = ["MARKER", "STREAM", "VOLUME", "CatalogState", "Warehouse", "check_name", "entry", "now"]
+__all__ = ["MARKER", "NAME_PATTERN", "NAME_RULE", "STREAM", "VOLUME", "CatalogState", "Warehouse", "check_name", "entry",
+           "now"]

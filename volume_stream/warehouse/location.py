@@ -27,7 +27,7 @@ from connectors.errors import ConnectorError, is_transient
 from connectors.secrets import is_secret
 from directory_table.roles import RoleOptions, fresh, live_options
 from directory_table.storage import filesystem_for, list_names, s3_client, split_s3
-from volume_stream.errors import ConfigError, WarehouseError
+from volume_stream.errors import ConfigError, InvalidInputError, WarehouseError
 
 __all__ = ["OSS_REFUSAL", "Location", "storage_error"]
 
@@ -113,9 +113,12 @@ class Location:
         return self.uri
 
     def join(self, *parts: str) -> str:
-        """`uri/part/...` (local paths joined with the OS separator)."""
+        """`uri/part/...` (local paths joined with the OS separator). A part never leaves the
+        root: '..' segments and NUL are refused (a leading '/' is relative to the root)."""
+        for part in parts:
+            self._inside(part)
         if self.is_local:
-            return os.path.join(self.uri, *parts)
+            return os.path.join(self.uri, *(p.lstrip("/") for p in parts))
         return "/".join([self.uri, *(p.strip("/") for p in parts)])
 
     # ------------------------------------------------------------------ plain files
@@ -139,7 +142,13 @@ class Location:
         credentials from their own environment or role)."""
         return {k: v for k, v in self.storage_options.items() if not is_secret(k)}
 
+    def _inside(self, relative: str) -> str:
+        if "\0" in relative or ".." in relative.replace("\\", "/").split("/"):
+            raise InvalidInputError(f"{relative!r} would leave {self.uri}: refused")
+        return relative
+
     def _path(self, relative: str) -> tuple[pafs.FileSystem, str]:
+        self._inside(relative)
         fs, base = self.filesystem()
         return fs, f"{base.rstrip('/')}/{relative}" if relative else base
 
@@ -245,7 +254,10 @@ class Location:
         return sorted(i.base_name for i in infos)
 
     def delete_tree(self, relative: str) -> None:
-        """Remove everything under `relative` (best effort: missing is fine)."""
+        """Remove everything under `relative` (best effort: missing is fine); never the root
+        itself nor anything outside it."""
+        if not self._inside(relative).strip("/"):
+            raise InvalidInputError(f"refusing to delete the whole of {self.uri}")
         if self.scheme == "s3":
             def delete(s3: Any, bucket: str, key: str) -> None:
                 pages = s3.get_paginator("list_objects_v2").paginate(

@@ -38,7 +38,8 @@ from volume_stream.errors import (
 from volume_stream.warehouse.location import Location, storage_error
 from volume_stream.warehouse.probe import check_conditional_writes
 
-__all__ = ["STREAM", "VOLUME", "CatalogState", "Warehouse", "check_name", "entry", "now"]
+__all__ = ["NAME_PATTERN", "NAME_RULE", "STREAM", "VOLUME", "CatalogState", "Warehouse", "check_name",
+           "entry", "now"]
 
 MARKER = "volume-stream.json"
 FORMAT = "volume-stream-warehouse"
@@ -51,15 +52,21 @@ CatalogState = dict[tuple[str, str], dict[str, Any]]
 
 #: the kinds of catalog entries volumes and streams are kept under
 VOLUME, STREAM = "volume", "stream"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+NAME_RULE = "use letters, digits and '_', starting with a letter or '_' (at most 128 characters)"
 
 
 def check_name(kind: str, name: str) -> str:
-    """`name` if it is a valid object name, else InvalidInputError saying what is allowed."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidInputError(
-            f"invalid {kind} name {name!r}: use letters, digits and '_', starting with a letter "
-            f"or '_' (at most 128 characters)")
+    """`name` if it is a valid object name, else InvalidInputError saying what is allowed.
+
+    Every object a user names (volumes, streams, tables, connections, pipeline targets, change
+    logs) is stored under a folder of that name, so this is also what keeps a name from
+    climbing out of the warehouse: no '/', '.', NUL or other separator ever passes.
+    """
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 60 \
+            else f"{name[:60]!r}... ({len(name)} characters)"
+        raise InvalidInputError(f"invalid {kind} name {shown}: {NAME_RULE}")
     return name
 
 
