@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
             help="Require SigV4 requests signed with this key.")] = None,
         secret_access_key: Annotated[str | None, typer.Option(
             help="Its secret (or $VOLUME_STREAM_SHARD_API_SECRET).")] = None,
-        region: Annotated[str | None, typer.Option(help="Region in the stream ARNs.")] = None,
+        region: Annotated[str | None, typer.Option(
+            help="Region of the stream ARNs and of the SigV4 credential scope clients must "
+                 "sign for (default us-east-1).")] = None,
         account_id: Annotated[str | None, typer.Option(
             help="12-digit account in the stream ARNs.")] = None,
         warehouse: Warehouse = None,

@@ -8,7 +8,9 @@
 
 POST / with `X-Amz-Target: DynamoDBStreams_20120810.<Operation>` and a JSON 1.0 body. With
 `keys` (access key id → secret), every request must carry a valid SigV4 signature by one of
-them (checked with botocore's signer, `serve.sigv4`); without, requests are not checked. It
+them for the service `dynamodb` in the server's `region` (default us-east-1), over its host,
+date, target and body (`serve.sigv4`); without, requests are not checked. A header sent twice
+is refused. It
 binds to 127.0.0.1 unless given another host. Every `auto_split_s` seconds (None: never) it
 splits the hot shards of volumes that have an auto-split threshold (`cat.set_auto_split`).
 """
@@ -39,6 +41,16 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def _repeated(names: list[str]) -> str | None:
+    """The first header name sent more than once (any case), if any: a signature checked
+    over one copy must not let the other be the one read."""
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            return name
+        seen.add(name.lower())
+    return None
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
@@ -66,9 +78,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length)
         owner = self.server.owner
+        repeated = _repeated(self.headers.keys())
+        if repeated:
+            self._send(400, ApiError("ValidationException", f"header {repeated} appears more "
+                                     f"than once; send each header once").document())
+            return
         if owner.keys:
             try:
-                verify("POST", self.path, dict(self.headers.items()), body, owner.keys)
+                verify("POST", self.path, dict(self.headers.items()), body, owner.keys,
+                       region=owner.api.region)
             except SignatureError as exc:
                 self._send(400, ApiError(exc.code, str(exc)).document())
                 return
