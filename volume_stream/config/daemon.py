@@ -114,6 +114,8 @@ class ShardApiConfig(_Section):
     enabled: bool = False
     listen: str = Field("127.0.0.1:8000", description="HOST:PORT (port 0 picks a free one)")
     require_signature: bool = False
+    allow_anonymous: bool = Field(False, description="serve without a signature on a "
+                                  "non-loopback listen address")
     region: str | None = Field(None, description="region of the stream ARNs and of the SigV4 "
                                "credential scope (default us-east-1)")
     account_id: str | None = Field(None, pattern=r"^\d{12}$")
