@@ -68,7 +68,7 @@ def send(url: str, headers: list[tuple[str, str]] | None, body: bytes = b"", *,
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the server closed first: its answer is still there to read
-        response = http.client.HTTPResponse(sock)
+        response = http.client.HTTPResponse(sock, method=method)
         response.begin()  # RemoteDisconnected if the server dropped the connection
         data = response.read()
         return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
