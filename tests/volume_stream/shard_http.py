@@ -10,6 +10,8 @@ import http.client
 import json
 import socket
 import struct
+import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -107,3 +109,11 @@ def signed(url: str, operation: str, body: bytes, *, key: str = "AKIDEXAMPLE",
 
 def sha256(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
+
+
+def no_handlers_running(timeout: float = 60.0) -> None:
+    """Wait until no server thread is handling a connection (http.server names them)."""
+    deadline = time.monotonic() + timeout
+    while any("process_request_thread" in t.name for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a request handler is still running"
+        time.sleep(0.02)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-import time
 from collections import Counter
 
 import pytest
@@ -21,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import volume_stream as vs
-from tests.volume_stream.shard_http import TARGET, send, signed
+from tests.volume_stream.shard_http import TARGET, no_handlers_running, send, signed
 from volume_stream.serve import ShardApiServer
 from volume_stream.serve.dynamodb import OPERATIONS
 
@@ -82,13 +80,6 @@ def _requests(good):
         "keyed": st.booleans(), "sign": st.booleans()})
 
 
-def _no_handlers_running(timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while any("process_request_thread" in t.name for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "a request handler is still running"
-        time.sleep(0.02)
-
-
 def _fuzz(tmp_path, ev, capfd, caplog, examples):
     caplog.set_level(logging.INFO, logger="volume_stream")
     cat, good = _world(tmp_path, ev)
@@ -118,7 +109,7 @@ def _fuzz(tmp_path, ev, capfd, caplog, examples):
                 seen[answer.error] += 1
 
         one()
-        _no_handlers_running()
+        no_handlers_running()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     tracebacks = capfd.readouterr().err.count("Traceback") + len(errors)
     kinds = {k: n for k, n in seen.most_common() if k not in ("inputs", "200", "HEAD")}

@@ -24,6 +24,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from volume_stream.shards.log import DEFAULT_REGION
+
 __all__ = ["SignatureError", "verify"]
 
 _AUTH = re.compile(r"^AWS4-HMAC-SHA256\s+Credential=([^/,\s]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request"
@@ -48,7 +50,7 @@ def _invalid(message: str) -> SignatureError:
 
 def verify(method: str, path: str, headers: dict[str, str], body: bytes,
            keys: dict[str, str], now: datetime | None = None, *,
-           region: str = "us-east-1") -> str:
+           region: str = DEFAULT_REGION) -> str:
     """The access key id of a request validly signed with one of `keys` for DynamoDB in
     `region`; else SignatureError. `headers` must hold each header once."""
     lower = {k.lower(): v for k, v in headers.items()}
