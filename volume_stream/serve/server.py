@@ -13,8 +13,9 @@ date, target and body (`serve.sigv4`); without, requests are not checked. A head
 is refused. It binds to 127.0.0.1 unless given another host, and refuses a host other than a
 loopback one without keys unless `allow_anonymous`. Malformed requests (not JSON, nested too
 deep, members of the wrong type, a bad Content-Length, a body over 1 MiB) get DynamoDB's 400
-error JSON; a client that goes away or stalls past `client_timeout_s` is one log line. Every `auto_split_s` seconds (None: never) it
-splits the hot shards of volumes that have an auto-split threshold (`cat.set_auto_split`).
+error JSON; a client that goes away or stalls past `client_timeout_s` is one log line. Every
+`auto_split_s` seconds (None: never) it splits the hot shards of volumes that have an
+auto-split threshold (`cat.set_auto_split`).
 """
 
 from __future__ import annotations
