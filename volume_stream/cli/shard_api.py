@@ -3,9 +3,12 @@ warehouse's change logs (`volume_stream.serve`).
 
     volume-stream shard-api --warehouse ./warehouse --listen 127.0.0.1:8000 \\
         [--access-key-id ID --secret-access-key SECRET] [--region R] [--account-id 12DIGITS]
+        [--allow-anonymous]
 
-With keys, every request must be SigV4-signed with them; the secret can also come from
-$VOLUME_STREAM_SHARD_API_SECRET so it stays out of the process list. Ctrl-C stops it.
+With keys, every request must be SigV4-signed with them (for the service dynamodb in --region,
+default us-east-1); the secret can also come from $VOLUME_STREAM_SHARD_API_SECRET so it stays
+out of the process list. Without keys, a --listen address other than a loopback one is refused
+unless --allow-anonymous. Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -33,9 +36,14 @@ def register(app: typer.Typer) -> None:
             help="Require SigV4 requests signed with this key.")] = None,
         secret_access_key: Annotated[str | None, typer.Option(
             help="Its secret (or $VOLUME_STREAM_SHARD_API_SECRET).")] = None,
-        region: Annotated[str | None, typer.Option(help="Region in the stream ARNs.")] = None,
+        region: Annotated[str | None, typer.Option(
+            help="Region of the stream ARNs and of the SigV4 credential scope clients must "
+                 "sign for (default us-east-1).")] = None,
         account_id: Annotated[str | None, typer.Option(
             help="12-digit account in the stream ARNs.")] = None,
+        allow_anonymous: Annotated[bool, typer.Option(
+            "--allow-anonymous", help="Serve without keys on a non-loopback --listen address "
+            "(anyone who can reach it reads every change log).")] = False,
         warehouse: Warehouse = None,
     ) -> None:
         """Serve the change logs as the DynamoDB Streams API (ListStreams, DescribeStream,
@@ -46,7 +54,8 @@ def register(app: typer.Typer) -> None:
         host, port = parse_listen(listen)
         server = ShardApiServer(catalog(warehouse), host, port,
                                 keys={access_key_id: secret} if access_key_id else None,
-                                region=region, account_id=account_id)
+                                region=region, account_id=account_id,
+                                allow_anonymous=allow_anonymous)
         err.print(f"shard API on {server.url} "
                   f"({'SigV4 required' if access_key_id else 'no authentication'}); "
                   f"Ctrl-C stops it", highlight=False)

@@ -114,7 +114,10 @@ class ShardApiConfig(_Section):
     enabled: bool = False
     listen: str = Field("127.0.0.1:8000", description="HOST:PORT (port 0 picks a free one)")
     require_signature: bool = False
-    region: str | None = None
+    allow_anonymous: bool = Field(False, description="serve without a signature on a "
+                                  "non-loopback listen address")
+    region: str | None = Field(None, description="region of the stream ARNs and of the SigV4 "
+                               "credential scope (default us-east-1)")
     account_id: str | None = Field(None, pattern=r"^\d{12}$")
     auto_split_s: float | None = Field(10.0, gt=0, description="auto-split check interval")
 

@@ -332,7 +332,7 @@ class Daemon:
 
 def _shard_api(catalog: Catalog, cfg: DaemonConfig) -> Any:
     """The `[shard_api]` server (not started); the secret comes from the environment."""
-    from volume_stream.serve.server import ShardApiServer, parse_listen
+    from volume_stream.serve.server import ShardApiServer, is_loopback, parse_listen
 
     api = cfg.shard_api
     keys = None
@@ -345,5 +345,10 @@ def _shard_api(catalog: Catalog, cfg: DaemonConfig) -> Any:
                               "VOLUME_STREAM_SHARD_API_SECRET (never in the file)")
         keys = {key_id: secret}
     host, port = parse_listen(api.listen)
+    if keys is None and not api.allow_anonymous and not is_loopback(host):
+        raise ConfigError(f"[shard_api] listen = {api.listen!r} is not a loopback address: "
+                          f"set require_signature = true (the key in the environment), or "
+                          f"allow_anonymous = true to serve it to anyone who can reach it")
     return ShardApiServer(catalog, host, port, keys=keys, region=api.region,
-                          account_id=api.account_id, auto_split_s=api.auto_split_s)
+                          account_id=api.account_id, auto_split_s=api.auto_split_s,
+                          allow_anonymous=api.allow_anonymous)

@@ -48,8 +48,51 @@ class ApiError(Exception):
         return {"__type": _ERROR_NS + self.code, "message": str(self)}
 
 
+#: each operation's members and their JSON types (botocore's service model); a structure is a
+#: dict of its members. Unknown members are ignored, null is absent.
+_SHARD_FILTER = {"Type": str, "ShardId": str}
+_MEMBERS: dict[str, dict[str, Any]] = {
+    "ListStreams": {"TableName": str, "Limit": int, "ExclusiveStartStreamArn": str},
+    "DescribeStream": {"StreamArn": str, "Limit": int, "ExclusiveStartShardId": str,
+                       "ShardFilter": _SHARD_FILTER},
+    "GetShardIterator": {"StreamArn": str, "ShardId": str, "ShardIteratorType": str,
+                         "SequenceNumber": str},
+    "GetRecords": {"ShardIterator": str, "Limit": int},
+}
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+               int: "a number", float: "a number"}
+
+
+def _check_types(members: dict[str, Any], body: dict[str, Any], where: str = "") -> None:
+    """SerializationException for a member of the wrong JSON type, as DynamoDB answers."""
+    for name, kind in members.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(kind, dict):
+            ok, wanted = isinstance(value, dict), "an object"
+        elif kind is int:
+            ok, wanted = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        else:
+            ok, wanted = isinstance(value, str), "a string"
+            if ok and not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate from a \ud800 escape
+                    ok, wanted = False, "a string of valid Unicode"
+        if not ok:
+            got = "one with a lone surrogate" if isinstance(value, str) else \
+                _JSON_TYPES.get(type(value), type(value).__name__)
+            raise ApiError("SerializationException", f"{where}{name} must be {wanted}, not "
+                           f"{got}")
+        if isinstance(kind, dict):
+            _check_types(kind, value, f"{where}{name}.")
+
+
 def _limit(body: dict[str, Any], top: int) -> int:
-    value = body.get("Limit", top)
+    value = body.get("Limit")
+    if value is None:
+        return top
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
         raise ApiError("ValidationException", f"1 validation error detected: Value {value!r} "
                        f"at 'limit' failed to satisfy constraint: Member must have value less "
@@ -94,6 +137,7 @@ class StreamsApi:
                 raise ApiError("UnknownOperationException", f"unknown operation {operation!r}")
             if not isinstance(body, dict):
                 raise ApiError("SerializationException", "the request body is not a JSON object")
+            _check_types(_MEMBERS[operation], body)
             with self._lock:  # a change log's reader is not shared between threads
                 return 200, getattr(self, "_" + operation)(body)
         except ApiError as exc:
