@@ -21,6 +21,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from connectors.secrets import Secret, reveal
 from volume_stream.errors import InvalidInputError
 from volume_stream.serve.dynamodb import TARGET_PREFIX, ApiError, StreamsApi
 from volume_stream.serve.sigv4 import SignatureError, verify
@@ -104,7 +105,8 @@ class ShardApiServer:
         kw = {k: v for k, v in (("region", region), ("account_id", account_id)) if v}
         self.catalog = catalog
         self.api = StreamsApi(catalog, **kw)
-        self.keys = dict(keys or {})
+        #: access key id -> secret, held as `Secret` (masked, never pickled)
+        self.keys = {k: Secret(reveal(v)) for k, v in (keys or {}).items()}
         self.auto_split_s = auto_split_s
         self._http = _HttpServer((host, port), _Handler)
         self._http.owner = self

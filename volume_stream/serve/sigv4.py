@@ -17,6 +17,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from connectors.secrets import reveal
+
 __all__ = ["SignatureError", "verify"]
 
 _AUTH = re.compile(r"^AWS4-HMAC-SHA256\s+Credential=([^/,\s]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request"
@@ -44,7 +46,7 @@ def verify(method: str, path: str, headers: dict[str, str], body: bytes,
     if not m:
         raise SignatureError("InvalidSignatureException", "Authorization header is malformed")
     key_id, day, region, service, signed, signature = m.groups()
-    secret = keys.get(key_id)
+    secret = reveal(keys.get(key_id))
     if secret is None:
         raise SignatureError("UnrecognizedClientException",
                              "The security token included in the request is invalid.")
