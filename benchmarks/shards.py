@@ -124,7 +124,7 @@ def run(ctx: Context) -> None:
     out = ctx.path("shards-export")
     end = int(datetime.now(UTC).timestamp() * 1000)
     export_s, res = timed(lambda: cat.export_changes("bench", start_ms=0, end_ms=end, out=out,
-                                                     parallelism=2))
+                                                     parallelism=2, safety_lag_ms=0))
     ctx.report.add(Figure(
         f"shards.export.{label}", f"export {label} records ({count_label(res.rows)} rows) to "
         f"Parquet", export_s, "s", cdf_s, "plain CDF read", f"<= {MAX_EXPORT_RATIO}x",

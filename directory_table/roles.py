@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from connectors.errors import ConnectorError, CredentialsError
-from connectors.secrets import is_secret
+from connectors.secrets import hide, is_secret, reveal, revealed
 
 __all__ = ["ROLE_KEYS", "RoleOptions", "fresh", "generation", "live_options"]
 
@@ -73,7 +73,8 @@ class RoleOptions(dict):
         if not _ARN.match(self.role_arn):
             raise ConnectorError(f"role_arn {self.role_arn!r} is not an IAM role ARN (expected "
                                  f"arn:aws:iam::<12-digit account>:role/<name>)")
-        self._source = {k.lower(): v for k, v in base.items() if k.lower() in _STATIC}
+        # the base credentials the role is assumed with: Secret, unwrapped by ClientOptions
+        self._source = hide({k.lower(): v for k, v in base.items() if k.lower() in _STATIC})
         try:
             self.duration = int(role.get("role_duration_seconds", 3600))
             self.threshold = float(role.get("role_refresh_seconds", 600))
@@ -156,7 +157,7 @@ def live_options(options: dict[str, Any] | None) -> dict[str, str]:
     `RoleOptions` per process (an executor assumes the role once, not once per file)."""
     if isinstance(options, RoleOptions):
         return options
-    options = {str(k): str(v) for k, v in (options or {}).items()}
+    options = {str(k): str(reveal(v)) for k, v in (options or {}).items()}
     if any(_ALIASES.get(k.lower()) == "role_arn" for k in options):
         key = tuple(sorted(options.items()))
         with _SHARED_LOCK:
@@ -173,7 +174,8 @@ def fresh(options: dict[str, str] | None) -> dict[str, str]:
     """`options` with current credentials (refreshes a `RoleOptions` when needed)."""
     if isinstance(options, RoleOptions):
         options.refresh()
-    return options if options is not None else {}
+        return options
+    return revealed(options)
 
 
 def generation(options: dict[str, str] | None) -> int:

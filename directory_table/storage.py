@@ -19,7 +19,12 @@ from pyarrow import fs as pafs
 from connectors.errors import register_transient
 from directory_table.roles import fresh, live_options
 
-__all__ = ["filesystem_for", "list_names", "option", "s3_client", "split_s3"]
+__all__ = ["S3_MAX_ATTEMPTS", "filesystem_for", "list_names", "option", "s3_client",
+           "split_s3"]
+
+#: attempts per request of pyarrow's S3 filesystem (its default is 3: at a 10% fault rate one
+#: request in a thousand would fail, and a batch makes thousands)
+S3_MAX_ATTEMPTS = 10
 
 
 #: what delta-rs (object_store) says when a store call failed for a reason a retry can outlive:
@@ -73,7 +78,10 @@ def _s3(options: dict[str, str] | None) -> pafs.S3FileSystem:
         kwargs["endpoint_override"] = parsed.netloc or endpoint
         kwargs["scheme"] = parsed.scheme or "https"
         kwargs["force_virtual_addressing"] = False
-    return pafs.S3FileSystem(**kwargs)
+    # every request retried where it fails (5xx, SlowDown, resets): one reset upload part must
+    # not fail a whole Parquet file, and with it a pipeline's batch (DESIGN §7)
+    return pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(
+        max_attempts=S3_MAX_ATTEMPTS), **kwargs)
 
 
 def filesystem_for(uri: str, options: dict[str, str] | None = None,

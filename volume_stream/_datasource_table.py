@@ -73,7 +73,7 @@ class TableSource:
         if not marked:
             raise WarehouseError(f"volume_stream option warehouse: {opts.warehouse!r} is not a "
                                  f"volume-stream warehouse (no {MARKER})")
-        self.store = TableStore(where.join("tables"), where.storage_options)
+        self.store = TableStore(where.join("tables"), where.delta_options())
         self.name = opts.table
         self.id = self.store.table_id(self.name)  # NotFoundError names the tables
         if not self.store.change_tracking(self.name):

@@ -28,6 +28,7 @@ from connectors.errors import (
     is_transient,
     register_transient,
 )
+from connectors.secrets import hide, reveal
 
 __all__ = [
     "ENV_ACCESS_KEY_ID", "ENV_ACCESS_KEY_SECRET", "ENV_SECURITY_TOKEN", "AliCloudCredentials",
@@ -79,6 +80,13 @@ class AliCloudOptions:
     access_key_secret: str | None = field(default=None, repr=False)
     security_token: str | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # held as Secret (masked, never pickled); unwrapped by credentials(), for the SDK
+        for name, value in hide({"access_key_id": self.access_key_id,
+                                 "access_key_secret": self.access_key_secret,
+                                 "security_token": self.security_token}).items():
+            object.__setattr__(self, name, value)
+
     def __repr__(self) -> str:
         given = [name for name in ("access_key_id", "access_key_secret", "security_token")
                  if getattr(self, name)]
@@ -95,8 +103,9 @@ class AliCloudOptions:
             if not (self.access_key_id and self.access_key_secret):
                 raise CredentialsError("explicit Alibaba Cloud credentials need both "
                                        "access_key_id and access_key_secret")
-            return AliCloudCredentials(self.access_key_id, self.access_key_secret,
-                                       self.security_token or None)
+            return AliCloudCredentials(reveal(self.access_key_id),
+                                       reveal(self.access_key_secret),
+                                       reveal(self.security_token) or None)
         key_id = os.environ.get(ENV_ACCESS_KEY_ID, "")
         secret = os.environ.get(ENV_ACCESS_KEY_SECRET, "")
         if not (key_id and secret):

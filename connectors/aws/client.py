@@ -4,8 +4,9 @@ With no options a client uses boto3's standard configuration: environment variab
 `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_SQS`, `AWS_PROFILE`, `AWS_DEFAULT_REGION`), the shared
 config and credentials files, SSO / web identity, container and instance roles. Options given
 explicitly (`endpoint_url`, `region_name`, `aws_access_key_id`, ...) override that. Options are
-a plain frozen dataclass so readers can be pickled to Spark executors; its `repr` hides the
-credentials. `translate_errors` turns botocore exceptions into `connectors.errors` at the edge.
+a plain frozen dataclass so readers can be pickled to Spark executors; credentials are held as
+`connectors.secrets.Secret`: hidden from `repr`, dropped from pickles (an executor takes its
+own from its environment or role), unwrapped only where a boto3 client is made. `translate_errors` turns botocore exceptions into `connectors.errors` at the edge.
 
     >>> opts = ClientOptions.of(endpoint_url="http://127.0.0.1:5000", aws_secret_access_key="s")
     >>> "s'" in repr(opts)
@@ -35,7 +36,7 @@ from connectors.errors import (
     is_transient,
     register_transient,
 )
-from connectors.secrets import is_secret
+from connectors.secrets import hide, is_secret, reveal
 
 __all__ = ["ClientOptions", "is_transient", "region_from_queue_url", "translate_errors"]
 
@@ -104,6 +105,10 @@ class ClientOptions:
     external_id: str | None = field(default=None, repr=False)
     role_duration_s: int = 3600
 
+    def __post_init__(self) -> None:
+        for name, value in hide({n: getattr(self, n) for n in _secret_fields()}).items():
+            object.__setattr__(self, name, value)
+
     @classmethod
     def of(cls, **options: Any) -> ClientOptions:
         """Build from keyword options, naming any unknown option in the error.
@@ -144,9 +149,9 @@ class ClientOptions:
         """Credentials of `role_arn`, assumed with `base`'s (or the explicit) credentials and
         refreshed by botocore before they expire (RefreshableCredentials)."""
         sts = base.client("sts", endpoint_url=self.endpoint_url,
-                          aws_access_key_id=self.aws_access_key_id,
-                          aws_secret_access_key=self.aws_secret_access_key,
-                          aws_session_token=self.aws_session_token)
+                          aws_access_key_id=reveal(self.aws_access_key_id),
+                          aws_secret_access_key=reveal(self.aws_secret_access_key),
+                          aws_session_token=reveal(self.aws_session_token))
 
         def fetch() -> dict[str, str]:
             kwargs: dict[str, Any] = {"RoleArn": self.role_arn,
@@ -178,9 +183,9 @@ class ClientOptions:
         with translate_errors(service, "create client", self):
             session = session or self.session()
             explicit = {} if self.role_arn else {  # an assumed role's come from the session
-                "aws_access_key_id": self.aws_access_key_id,
-                "aws_secret_access_key": self.aws_secret_access_key,
-                "aws_session_token": self.aws_session_token}
+                "aws_access_key_id": reveal(self.aws_access_key_id),
+                "aws_secret_access_key": reveal(self.aws_secret_access_key),
+                "aws_session_token": reveal(self.aws_session_token)}
             return session.client(service, endpoint_url=self.endpoint_url, config=config,
                                   **explicit)
 

@@ -96,14 +96,18 @@ def test_zero_byte_and_missing_objects(bucket):
         r.read_range("missing.txt", 0, 1)
 
 
-def test_reader_pickles_without_its_client_and_hides_secrets(bucket):
+def test_reader_pickles_without_its_client_and_hides_secrets(bucket, monkeypatch):
     bucket.put("p/x.txt", b"hello")
     r = reader(bucket, "p", aws_session_token="session-token-secret")
     r.read_range("x.txt", 0, 1)  # the client now exists
-    text = repr(r)
+    text = repr(r) + str(r)
     assert "testing-secret" not in text and "session-token-secret" not in text
+    # explicit credentials stay in this process: the clone takes its own from its environment
+    assert b"testing-secret" not in pickle.dumps(r) and b"session-token" not in pickle.dumps(r)
     clone = pickle.loads(pickle.dumps(r))
-    assert clone._client is None
+    assert clone._client is None and clone._options.aws_secret_access_key is None
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
     with clone.open("x.txt") as f:
         assert f.read() == b"hello"
     with pytest.raises(ValueError):

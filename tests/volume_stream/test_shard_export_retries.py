@@ -53,13 +53,15 @@ def s3_volume(s3_env, s3_bucket, tmp_path, ev):
 
 def test_export_outlives_transient_faults_exactly(s3_env, s3_volume, tmp_path):
     uri, cat, end = s3_volume
-    clean = cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "clean")
+    clean = cat.export_changes("vol", safety_lag_ms=0,
+                               start_ms=0, end_ms=end, out=tmp_path / "clean")
     assert clean.records == 6 and clean.retries == 0
     # seed 9 fails the 5th, 49th and 91st requests after `resume` (then more), whatever they are
     with FaultyProxyProcess(s3_env, rate=0.02, faults=FAULTS, seed=9, paused=True) as proxy:
         faulty = through(proxy, uri)
         proxy.resume()
-        res = faulty.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "faulty",
+        res = faulty.export_changes("vol", safety_lag_ms=0,
+                                    start_ms=0, end_ms=end, out=tmp_path / "faulty",
                                     status_table="export_status", max_retries=30)
         counts = proxy.counts()
     assert counts.get("error500", 0) + counts.get("slowdown503", 0) > 0
@@ -67,7 +69,8 @@ def test_export_outlives_transient_faults_exactly(s3_env, s3_volume, tmp_path):
     assert (res.records, res.rows) == (clean.records, clean.rows)
     assert rows_of(tmp_path / "faulty") == rows_of(tmp_path / "clean")  # no dup, none missing
     # the status table (on S3, written through the proxy) says the range is done
-    again = cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "faulty",
+    again = cat.export_changes("vol", safety_lag_ms=0,
+                               start_ms=0, end_ms=end, out=tmp_path / "faulty",
                                status_table="export_status")
     assert again.rows == 0 and again.windows_skipped >= 1
     assert rows_of(tmp_path / "faulty") == rows_of(tmp_path / "clean")
@@ -79,7 +82,8 @@ def test_persisting_faults_without_retries_fail_naming_the_range(s3_env, s3_volu
         faulty = through(proxy, uri)
         proxy.resume()
         with pytest.raises(WarehouseError) as info:
-            faulty.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "out",
+            faulty.export_changes("vol", safety_lag_ms=0,
+                                  start_ms=0, end_ms=end, out=tmp_path / "out",
                                   max_retries=0)
     assert isinstance(info.value, VolumeStreamError)
     message = str(info.value)

@@ -9,6 +9,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -26,6 +27,14 @@ from volume_stream.tables import Column
 @pytest.fixture
 def cat(tmp_path):
     return vs.connect(tmp_path / "wh")
+
+
+def ended(end_ms):
+    """end_ms, once the clock has passed it (these tests export with `safety_lag_ms=0`: every
+    commit is written before the export starts, none can be in flight)."""
+    while time.time() * 1000 <= end_ms:
+        time.sleep(0.001)
+    return end_ms
 
 
 def commit_ms(cat, name, version):
@@ -57,8 +66,9 @@ def test_a_tables_changes_export_keyed_by_row_id(cat, tmp_path):
     store = things(cat)
     v = store.version("things")
     assert v == 4
-    end = commit_ms(cat, "things", v) + 1
-    res = cat.export_changes("things", start_ms=0, end_ms=end, out=tmp_path / "out")
+    end = ended(commit_ms(cat, "things", v) + 1)
+    res = cat.export_changes("things", safety_lag_ms=0,
+                             start_ms=0, end_ms=end, out=tmp_path / "out")
     rows = rows_of(tmp_path / "out")
     assert list(rows[0]) == ["_vs_row_id", "column_name", "version", "column_value", "op_type"]
     ids = {r["column_value"]: r["_vs_row_id"] for r in rows if r["column_name"] == "id"}
@@ -77,7 +87,8 @@ def test_a_tables_changes_export_keyed_by_row_id(cat, tmp_path):
                                            key=repr)
     assert res.records == 4 and res.rows == len(got)
     # only the update's commit: [t3, t4)
-    res = cat.export_changes("things", start_ms=t3, end_ms=t4, out=tmp_path / "mid")
+    res = cat.export_changes("things", safety_lag_ms=0,
+                             start_ms=t3, end_ms=t4, out=tmp_path / "mid")
     assert {r["op_type"] for r in rows_of(tmp_path / "mid")} == {"DR", "U"}
     assert res.records == 1
 
@@ -89,13 +100,13 @@ def test_a_key_column_replaces_the_row_id_and_a_rerun_resumes(cat, tmp_path):
     cat.enable_change_log("kv", key="k", shards=2)
     store.insert("kv", pa.table({"k": [f"k{i}" for i in range(30)], "n": list(range(30))}))
     store.update("kv", {"n": "n + 100"}, where="n < 10")
-    end = commit_ms(cat, "kv", store.version("kv")) + 1
-    res = cat.export_changes("kv", start_ms=0, end_ms=end, out=tmp_path / "out",
+    end = ended(commit_ms(cat, "kv", store.version("kv")) + 1)
+    res = cat.export_changes("kv", safety_lag_ms=0, start_ms=0, end_ms=end, out=tmp_path / "out",
                              status_table="kv_status")
     rows = rows_of(tmp_path / "out")
     assert list(rows[0])[0] == "k" and {r["column_name"] for r in rows} == {"n", None}
     assert res.records == 40 and res.rows == 30 + 10 * 2 and res.shards == 2
-    again = cat.export_changes("kv", start_ms=0, end_ms=end, out=tmp_path / "out",
+    again = cat.export_changes("kv", safety_lag_ms=0, start_ms=0, end_ms=end, out=tmp_path / "out",
                                status_table="kv_status")
     assert again.rows == 0 and len(rows_of(tmp_path / "out")) == len(rows)
 
@@ -103,19 +114,22 @@ def test_a_key_column_replaces_the_row_id_and_a_rerun_resumes(cat, tmp_path):
 def test_cli_exports_a_table_and_names_what_cannot_be(cat, tmp_path):
     things(cat)
     cat.tables.create("plain", [Column("x", "BIGINT")])
-    end = commit_ms(cat, "things", 4) + 1
+    end = ended(commit_ms(cat, "things", 4) + 1)
     wh = ["--warehouse", str(cat.warehouse.root)]
     runner = CliRunner()
     res = runner.invoke(app, ["export", "things", "--start-ms", "0", "--end-ms", str(end),
+                              "--safety-lag-ms", "0",
                               "--out", str(tmp_path / "cli"), *wh])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout.strip().splitlines()[-1])["records"] == 4
     with pytest.raises(InvalidInputError, match="'plain' does not have change tracking"):
-        cat.export_changes("plain", start_ms=0, end_ms=end, out=tmp_path / "p")
+        cat.export_changes("plain", safety_lag_ms=0, start_ms=0, end_ms=end, out=tmp_path / "p")
     with pytest.raises(NotFoundError, match="nothing_here"):
-        cat.export_changes("nothing_here", start_ms=0, end_ms=end, out=tmp_path / "n")
+        cat.export_changes("nothing_here", safety_lag_ms=0,
+                           start_ms=0, end_ms=end, out=tmp_path / "n")
     proc = subprocess.run([str(Path(sys.executable).parent / "volume-stream"), "export", "plain",
-                           "--start-ms", "0", "--end-ms", str(end), "--out", str(tmp_path / "p"),
+                           "--start-ms", "0", "--end-ms", str(end),
+                           "--safety-lag-ms", "0", "--out", str(tmp_path / "p"),
                            *wh], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "'plain' does not have change tracking" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -130,10 +144,11 @@ def test_spark_engine_exports_a_table_as_threads_do(tmp_path, spark):
     cat.enable_change_log("kv", key="k", shards=3)
     store.insert("kv", pa.table({"k": [f"k{i}" for i in range(20)], "n": list(range(20))}))
     store.delete("kv", where="n >= 15")
-    end = commit_ms(cat, "kv", store.version("kv")) + 1
-    res = cat.export_changes("kv", start_ms=0, end_ms=end, out=tmp_path / "spark",
+    end = ended(commit_ms(cat, "kv", store.version("kv")) + 1)
+    res = cat.export_changes("kv", safety_lag_ms=0, start_ms=0, end_ms=end, out=tmp_path / "spark",
                              engine="spark")
-    threads = cat.export_changes("kv", start_ms=0, end_ms=end, out=tmp_path / "threads")
+    threads = cat.export_changes("kv", safety_lag_ms=0,
+                                 start_ms=0, end_ms=end, out=tmp_path / "threads")
     assert res.shards == 3 and res.rows == threads.rows == 20 + 5
     assert sorted(map(str, rows_of(tmp_path / "spark"))) == sorted(
         map(str, rows_of(tmp_path / "threads")))

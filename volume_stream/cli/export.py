@@ -3,7 +3,7 @@
 
     volume-stream export landing --start-ms A --end-ms B --out /exports/landing \\
         [--format parquet|csv|delta] [--status-table T] [--export-sequence-info]
-        [--max-retries 30] [--engine threads|spark]
+        [--max-retries 30] [--engine threads|spark] [--safety-lag-ms 5000]
     volume-stream export landing --date 20261123 --out /exports/landing
     volume-stream export --job job.json            # a DataX OTSStream Reader job file
 
@@ -21,6 +21,7 @@ import typer
 from volume_stream.cli._common import Warehouse, catalog
 from volume_stream.errors import InvalidInputError
 from volume_stream.shards.datax import job_options
+from volume_stream.shards.export import SAFETY_LAG_MS
 
 __all__ = ["register"]
 
@@ -44,6 +45,8 @@ def register(app: typer.Typer) -> None:
         max_retries: Annotated[int, typer.Option(help="Retries of storage errors.")] = 30,
         engine: Annotated[str, typer.Option(
             help="threads, or spark (one task per shard).")] = "threads",
+        safety_lag_ms: Annotated[int, typer.Option(
+            help="How long ago (ms) the range must have ended.")] = SAFETY_LAG_MS,
         job: Annotated[Path | None, typer.Option(help="A DataX job file (JSON).")] = None,
         warehouse: Warehouse = None,
     ) -> None:
@@ -55,12 +58,13 @@ def register(app: typer.Typer) -> None:
                                         "job file; give no other arguments")
             name, options = job_options(job)
             options["engine"] = engine
+            options.setdefault("safety_lag_ms", safety_lag_ms)
         else:
             if not name or out is None:
                 raise InvalidInputError("give the volume and --out (or --job job.json)")
             options = {"out": str(out), "start_ms": start_ms, "end_ms": end_ms, "date": date,
                        "format": format, "status_table": status_table,
                        "export_sequence_info": export_sequence_info, "max_retries": max_retries,
-                       "engine": engine}
+                       "engine": engine, "safety_lag_ms": safety_lag_ms}
         result = catalog(warehouse).export_changes(name, **options)
         print(json.dumps(result.as_dict()))

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import field_validator
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from connectors.secrets import hide
 
 __all__ = ["Settings", "warehouse_location"]
 
@@ -33,8 +35,15 @@ class Settings(BaseSettings):
     #: a folder, or a URI (`s3://bucket/prefix`, `hdfs://...`): `warehouse_location` keeps it
     warehouse: Path | str = Path("./warehouse")
     #: delta-rs storage options of the warehouse, as JSON (VOLUME_STREAM_STORAGE_OPTIONS);
-    #: no secrets: credentials come from the standard AWS_* environment or a role
-    storage_options: dict[str, str] = {}
+    #: credentials belong in the standard AWS_* environment or a role; any given here anyway
+    #: are held as `connectors.secrets.Secret` (masked in repr, never pickled)
+    storage_options: dict[str, Any] = {}
+
+    @field_validator("storage_options")
+    @classmethod
+    def _hide_secrets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return hide({str(k): str(v) if not isinstance(v, SecretStr) else v
+                     for k, v in value.items()})
 
     @field_validator("warehouse", mode="before")
     @classmethod

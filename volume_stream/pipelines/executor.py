@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 
 from connectors.errors import is_transient
 from directory_table.schema import TS
@@ -189,7 +190,8 @@ class _DataFile:
         table = pa.concat_tables(self._pending)
         if self._writer is None:
             self.name = f"{self.prefix}-{uuid.uuid4().hex}.snappy.parquet"
-            self.fs.create_dir(self.base, recursive=True)
+            if not isinstance(self.fs, pafs.S3FileSystem):  # S3 has no folders to make
+                self.fs.create_dir(self.base, recursive=True)
             self._writer = pq.ParquetWriter(f"{self.base}/{self.name}", self.schema,
                                             filesystem=self.fs, compression="snappy")
         self._writer.write_table(table)

@@ -34,7 +34,9 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyarrow import fs as pafs
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from connectors.errors import is_transient
 from directory_table.roles import fresh, live_options
 from directory_table.storage import filesystem_for
 from volume_stream.errors import InvalidInputError, VolumeStreamError
@@ -45,6 +47,20 @@ __all__ = ["DeltaSink", "Progress", "resolve_target"]
 
 _STEP = 2 ** 32
 _NOT_TYPE_KEYS = {"nullable", "containsNull", "valueContainsNull", "metadata"}
+#: attempts of each step on the Delta tables (open, read progress, rewrite, commit) failing
+#: transiently (`connectors.errors.is_transient`: 5xx, SlowDown, resets, cut-off bodies that
+#: delta-rs's own retries do not cover), with random exponential back-off
+STEP_ATTEMPTS = 8
+
+
+def retried(fn: Any) -> Any:
+    """fn(), retried where it fails transiently, so a batch converges on a faulty store."""
+    for attempt in Retrying(retry=retry_if_exception(is_transient),
+                            stop=stop_after_attempt(STEP_ATTEMPTS), reraise=True,
+                            wait=wait_random_exponential(multiplier=0.05, max=2.0)):
+        with attempt:
+            return fn()
+    raise AssertionError("unreachable")
 
 
 def resolve_target(warehouse_root: Path | str, target: str) -> str:
@@ -114,6 +130,9 @@ class DeltaSink:
 
     def ensure(self) -> DeltaTable:
         """Open the table, creating it with the pipeline's schema if it does not exist."""
+        return retried(self._ensure)
+
+    def _ensure(self) -> DeltaTable:
         try:
             dt = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -138,7 +157,7 @@ class DeltaSink:
 
     @staticmethod
     def progress(dt: DeltaTable, app_id: str) -> Progress | None:
-        version = dt.transaction_version(app_id)
+        version = retried(lambda: dt.transaction_version(app_id))
         if version is None:
             return None
         return Progress(version // _STEP, version % _STEP,
@@ -163,11 +182,20 @@ class DeltaSink:
             raise VolumeStreamError(f"a pipeline batch holds at most {_STEP - 1} files")
         txns = [Transaction(app_id, batch_id * _STEP + done),
                 Transaction(f"{app_id}/end", end_version), Transaction(f"{app_id}/plan", plan)]
-        dt.create_write_transaction(
-            actions, mode="append", schema=self.schema,
-            commit_properties=CommitProperties(app_transactions=txns, custom_metadata={
-                "volume_stream": json.dumps(metadata, sort_keys=True)}))
-        dt.update_incremental()
+        mark = batch_id * _STEP + done
+
+        def once() -> None:
+            # a failed attempt may have landed (its answer lost): the app transaction says so
+            retried(dt.update_incremental)
+            if (dt.transaction_version(app_id) or -1) >= mark:
+                return
+            dt.create_write_transaction(
+                actions, mode="append", schema=self.schema,
+                commit_properties=CommitProperties(app_transactions=txns, custom_metadata={
+                    "volume_stream": json.dumps(metadata, sort_keys=True)}))
+
+        retried(once)
+        retried(dt.update_incremental)
 
     def discard(self, manifest: Iterable[dict[str, Any]]) -> None:
         """Delete data files that will not be committed (best effort; vacuum would too)."""
@@ -193,6 +221,10 @@ class DeltaSink:
         the data files holding them, found by their min/max stats); and the rows removed."""
         if not paths:
             return [], 0
+        return retried(lambda: self._rewrite_without(dt, paths))
+
+    def _rewrite_without(self, dt: DeltaTable, paths: set[str]
+                         ) -> tuple[list[AddAction | RemoveAction], int]:
         features = getattr(dt.protocol(), "writer_features", None) or []
         if "deletionVectors" in features:
             raise InvalidInputError(f"{self.role} table {self.uri} uses deletion vectors, which "

@@ -24,6 +24,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from connectors.secrets import reveal
 from volume_stream.shards.log import DEFAULT_REGION
 
 __all__ = ["SignatureError", "verify"]
@@ -62,7 +63,7 @@ def verify(method: str, path: str, headers: dict[str, str], body: bytes,
     if not m:
         raise SignatureError("InvalidSignatureException", "Authorization header is malformed")
     key_id, day, scope_region, service, signed, signature = m.groups()
-    secret = keys.get(key_id)
+    secret = reveal(keys.get(key_id))
     if secret is None:
         raise SignatureError("UnrecognizedClientException",
                              "The security token included in the request is invalid.")

@@ -10,7 +10,8 @@ template. Either form is read:
              "setting": {...}}}
 
 Reader parameters: `dataTable` (the volume or change-tracked table), `statusTable`, `startTimestampMillis` and
-`endTimestampMillis` or `date` (yyyyMMdd), `isExportSequenceInfo`, `maxRetries`. Writer
+`endTimestampMillis` or `date` (yyyyMMdd), `isExportSequenceInfo`, `maxRetries`,
+`safetyLagMillis` (how long ago the range must have ended; default 5000). Writer
 parameters: `path` and `format` (or `fileType`: parquet, csv/text, delta). `speed.concurrent`
 is the parallelism (shards exported at once), `speed.mbps` a bandwidth cap on written bytes.
 
@@ -116,6 +117,8 @@ def job_options(path: str | Path) -> tuple[str, dict[str, Any]]:
         "parallelism": int(speed.get("concurrent") or speed.get("channel") or 1),
         "mbps": float(speed["mbps"]) if speed.get("mbps") else None,
     }
+    if p.get("safetyLagMillis") is not None:
+        options["safety_lag_ms"] = int(p["safetyLagMillis"])
     if p.get("date"):
         options["date"] = str(p["date"])
     else:

@@ -8,7 +8,10 @@ Every change committed in [A, B) (`date="20261123"`: that UTC day) becomes rows
 `relative_path, column_name, version, column_value, op_type` (+ `sequence_info`), one per column
 version as DataX writes them: a new file gives a `U` row per public column other than the key
 (`version` = commit time in ms); an overwrite gives `DR` and then the `U` rows (a PutRow); a
-delete gives one `DR` row. The range must have ended (B ≤ now), so a finished range is final.
+delete gives one `DR` row. The range must have ended a safety lag ago (B ≤ now − `safety_lag_ms`,
+default `SAFETY_LAG_MS`): a commit's timestamp is taken before its log entry lands, so a range
+ending at (or just before) now could be recorded done while a commit stamped inside it is still
+being written, and that commit would never be exported. After the lag a finished range is final.
 
 Work is cut per shard into windows of `WINDOW` versions fixed by version number, so a window's
 output file (`part-<shard>-<first version>.<ext>`, written to a temporary name and renamed;
@@ -32,7 +35,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +63,13 @@ from volume_stream.tables.store import ROW_ID, TableStore
 from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.warehouse import Warehouse, check_name
 
-__all__ = ["CRASH_ENV", "FORMATS", "ExportResult", "export_changes", "resolve_range",
-           "window_rows"]
+__all__ = ["CRASH_ENV", "FORMATS", "SAFETY_LAG_MS", "ExportResult", "check_ended",
+           "export_changes", "resolve_range", "window_rows"]
 
 FORMATS = ("parquet", "csv", "delta")
+#: how long (ms) before now an export range must have ended: longer than a commit takes from
+#: the timestamp in its commit info to its log entry being visible (retries included)
+SAFETY_LAG_MS = 5_000
 #: versions per window (the unit of output files and of resumption)
 WINDOW = 64
 #: Test hook: SIGKILL this process once this many windows have been written (not recorded)
@@ -121,6 +127,20 @@ def resolve_range(start_ms: int | None, end_ms: int | None, date: str | None) ->
     if a >= b:
         raise InvalidInputError(f"start_ms {a} must be before end_ms {b}")
     return a, b
+
+
+def check_ended(what: str, end_ms: int, safety_lag_ms: int = SAFETY_LAG_MS) -> None:
+    """Refuse a range whose end is not at least `safety_lag_ms` in the past (see above)."""
+    if isinstance(safety_lag_ms, bool) or not isinstance(safety_lag_ms, int) or safety_lag_ms < 0:
+        raise InvalidInputError(f"safety_lag_ms must be an integer >= 0, not {safety_lag_ms!r}")
+    now = _ms(datetime.now(UTC))
+    if end_ms > now - safety_lag_ms:
+        ahead = "is in the future" if end_ms > now else f"ended only {now - end_ms} ms ago"
+        raise InvalidInputError(
+            f"export of {what}: end_ms {end_ms} {ahead} (now is {now}); the range must have "
+            f"ended at least the safety lag of {safety_lag_ms} ms ago, so that no commit "
+            f"stamped inside it is still being written; run it at or after "
+            f"{end_ms + safety_lag_ms} ms, or pick an earlier end")
 
 
 def _ms(when: datetime) -> int:
@@ -410,9 +430,11 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
                    date: str | None = None, format: str = "parquet",
                    status_table: str | None = None, export_sequence_info: bool = False,
                    max_retries: int = 30, parallelism: int = 1,
-                   mbps: float | None = None, engine: str = "threads") -> ExportResult:
+                   mbps: float | None = None, engine: str = "threads",
+                   safety_lag_ms: int = SAFETY_LAG_MS) -> ExportResult:
     """Export the changes of volume (or change-tracked table) `volume` committed in
-    [start_ms, end_ms) (or on UTC day `date`).
+    [start_ms, end_ms) (or on UTC day `date`); the end must be at least `safety_lag_ms` in the
+    past (a smaller lag only where no commit can be in flight).
     `engine="spark"` runs one Spark task per shard (the warehouse and `out` must be reachable
     from the executors); `"threads"` runs `parallelism` shards at once in this process."""
     if engine not in ("threads", "spark"):
@@ -428,10 +450,7 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
         raise InvalidInputError(f"parallelism must be an integer >= 1, not {parallelism!r}")
     if mbps is not None and mbps <= 0:
         raise InvalidInputError(f"mbps must be > 0, not {mbps!r}")
-    now = datetime.now(UTC)
-    if b > _ms(now + timedelta(seconds=1)):
-        raise InvalidInputError(f"end_ms {b} is in the future: export a range that has ended "
-                                f"(now is {_ms(now)})")
+    check_ended(f"volume or table {volume!r}", b, safety_lag_ms)
     status_path = None
     if status_table:
         check_name("status table", status_table)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from connectors.secrets import is_secret
+from connectors.secrets import hide, is_secret
 from volume_stream.errors import ConfigError
 
 __all__ = ["LocalNotification", "MnsNotification", "SqsNotification", "notification_from_dict",
@@ -45,7 +45,7 @@ class _Notification:
     type = ""
 
     def __init__(self, **options: Any):
-        self.options = dict(options)
+        self.options = hide(options)
 
     def to_dict(self) -> dict[str, Any]:
         """The persisted form: no secrets, no credential ids."""

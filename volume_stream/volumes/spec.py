@@ -1,7 +1,8 @@
 """A volume's stored spec: where its files live and which of them count (DESIGN §2).
 
 A volume's spec is stored in the catalog as JSON, without secrets: the options given to
-`create_volume` that name credentials are kept in the creating process only.
+`create_volume` that name credentials are kept in the creating process only, as
+`connectors.secrets.Secret` (masked in repr/str, dropped from pickles).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from connectors.secrets import SECRET_KEYS, is_secret
+from connectors.secrets import SECRET_KEYS, hide, is_secret
 
 __all__ = ["SECRET_OPTION_KEYS", "VolumeSpec"]
 
@@ -36,6 +37,9 @@ class VolumeSpec:
     notification: dict[str, Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
     created_at: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", hide(self.options))
 
     @property
     def scheme(self) -> str:

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlparse
 from pyarrow import fs as pafs
 
 from connectors.errors import ConnectorError, is_transient
-from connectors.secrets import is_secret
+from connectors.secrets import hide, is_secret, revealed
 from directory_table.roles import RoleOptions, fresh, live_options
 from directory_table.storage import filesystem_for, list_names, s3_client, split_s3
 from volume_stream.errors import ConfigError, InvalidInputError, WarehouseError
@@ -68,7 +68,9 @@ def _short(text: str, limit: int = 300) -> str:
 @dataclass(frozen=True)
 class Location:
     """A warehouse's root: `uri` is an absolute local path or `scheme://bucket/prefix` (no
-    trailing `/`); `storage_options` are kept in memory only (never written, never logged)."""
+    trailing `/`); `storage_options` are kept in memory only (never written, never logged),
+    their secrets as `connectors.secrets.Secret` (masked, never pickled): `delta_options()`
+    unwraps them for delta-rs, pyarrow and boto3."""
 
     uri: str
     scheme: str  # "file" | "s3" | "hdfs"
@@ -86,6 +88,8 @@ class Location:
             options = live_options(storage_options)
         except ConnectorError as exc:
             raise ConfigError(f"warehouse {text}: {exc}") from exc
+        if not isinstance(options, RoleOptions):
+            options = hide(options)
         parsed = urlparse(text)
         scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
         if isinstance(options, RoleOptions) and scheme not in ("s3", "s3a"):
@@ -131,7 +135,7 @@ class Location:
         `RoleOptions`, its credentials refreshed if they near expiry (raises ConfigError naming
         the warehouse and the role when STS refuses)."""
         if not isinstance(self.storage_options, RoleOptions):
-            return dict(self.storage_options)
+            return revealed(self.storage_options)
         try:
             return fresh(self.storage_options)
         except ConnectorError as exc:

@@ -26,7 +26,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from connectors.errors import CredentialsError
+from connectors.errors import CredentialsError, is_transient
 from directory_table.roles import generation
 from volume_stream.errors import (
     ConfigError,
@@ -205,6 +205,9 @@ class Warehouse:
         """The catalog table brought up to date. Kept open: on an object store, opening it
         afresh would read every commit since the last checkpoint; catching up reads only the
         new ones (one LIST when nothing changed)."""
+        return _retried(self._open)
+
+    def _open(self) -> DeltaTable:
         try:
             options = self.storage_options
             if self._dt is None or generation(options) != self._generation:
@@ -231,7 +234,7 @@ class Warehouse:
     def read(self) -> CatalogState:
         """The catalog as of now."""
         with self._lock:
-            return self._decode(self._table())
+            return _retried(lambda: self._decode(self._table()))
 
     def mutate(self, change: Callable[[CatalogState], Any]) -> Any:
         """Apply `change` to the catalog atomically and return its result.
@@ -258,3 +261,19 @@ class Warehouse:
                 continue
             return result
         raise VolumeStreamError(f"catalog {self.catalog_path}: too much contention, gave up")
+
+
+#: attempts of a catalog read failing transiently (a cut-off body delta-rs does not retry)
+READ_ATTEMPTS = 8
+
+
+def _retried(fn: Callable[[], Any]) -> Any:
+    """fn() (a read: no effect to repeat), retried with back-off while it fails transiently."""
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        try:
+            return fn()
+        except (OSError, DeltaError) as exc:
+            if attempt == READ_ATTEMPTS or not is_transient(exc):
+                raise
+            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
