@@ -31,12 +31,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-<<<<<<< HEAD
-from volume_stream.errors import ConfigError, InvalidInputError
-=======
 from connectors.secrets import Secret, reveal
-from volume_stream.errors import InvalidInputError
->>>>>>> h3
+from volume_stream.errors import ConfigError, InvalidInputError
 from volume_stream.serve.dynamodb import TARGET_PREFIX, ApiError, StreamsApi
 from volume_stream.serve.sigv4 import SignatureError, verify
 
@@ -217,7 +213,8 @@ class ShardApiServer:
                  keys: dict[str, str] | None = None, region: str | None = None,
                  account_id: str | None = None, auto_split_s: float | None = 10.0,
                  allow_anonymous: bool = False, client_timeout_s: float = 60.0):
-        self.keys = dict(keys or {})
+        #: access key id -> secret, held as `Secret` (masked, never pickled)
+        self.keys = {k: Secret(reveal(v)) for k, v in (keys or {}).items()}
         if not self.keys and not allow_anonymous and not is_loopback(host):
             raise ConfigError.advised(
                 f"the shard API would serve {host}:{port}, not a loopback address, without "
@@ -231,11 +228,6 @@ class ShardApiServer:
         kw = {k: v for k, v in (("region", region), ("account_id", account_id)) if v}
         self.catalog = catalog
         self.api = StreamsApi(catalog, **kw)
-<<<<<<< HEAD
-=======
-        #: access key id -> secret, held as `Secret` (masked, never pickled)
-        self.keys = {k: Secret(reveal(v)) for k, v in (keys or {}).items()}
->>>>>>> h3
         self.auto_split_s = auto_split_s
         self.client_timeout_s = client_timeout_s
         #: connections whose client went away (reset, broken pipe, stalled past the timeout)
