@@ -42,6 +42,9 @@ def test_an_end_in_the_near_future_is_refused_naming_end_and_lag(cat, tmp_path):
 
 def test_an_end_inside_the_lag_is_refused_then_accepted_once_settled(cat, tmp_path):
     assert SAFETY_LAG_MS >= 1000
+    committed = now_ms()  # the fixture's commit is stamped at or before this
+    while now_ms() <= committed + 20:  # the clock (the condition) passes the commit's time
+        time.sleep(0.005)
     end = now_ms() - 10   # already past, but commits stamped before it may still be landing
     with pytest.raises(InvalidInputError, match="safety lag"):
         cat.export_changes("vol", start_ms=0, end_ms=end, out=tmp_path / "o")
