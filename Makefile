@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not soak"
 
 # hundreds of random histories against the oracle (tests/volume_stream/test_histories.py), 3000
 # random requests against the shard API (tests/volume_stream/test_shard_api_fuzz.py; a
@@ -33,9 +33,10 @@ soak: $(STAMP)
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
-		tests/volume_stream/test_shard_api_fuzz.py -k soak
+		-m soak tests/volume_stream/test_shard_api_fuzz.py
 	VS_PREDICATE_EXAMPLES=1000 $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/tables/test_predicates.py -k touches_exactly
+	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/warehouse/test_pipeline_faults.py
 	VOLUME_STREAM_FAULT_PROFILE=full $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
 		tests/warehouse/test_fault_scenario.py -k killed_at_random
 

@@ -125,6 +125,6 @@ def test_fuzz_the_endpoint_briefly(tmp_path, ev, capfd, caplog):
     _fuzz(tmp_path, ev, capfd, caplog, 30)
 
 
-@pytest.mark.skipif(not SOAK, reason="make soak runs it (HYPOTHESIS_PROFILE=soak)")
+@pytest.mark.soak
 def test_fuzz_the_endpoint_soak(tmp_path, ev, capfd, caplog):
     _fuzz(tmp_path, ev, capfd, caplog, 3000)

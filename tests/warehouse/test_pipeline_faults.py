@@ -24,10 +24,11 @@ def content(file: vs.FileRecord):
     return {"content": file.read_text()}
 
 
-@pytest.mark.skip(reason="issue 22 item 8 unfinished: with the retries in place the batch now "
-                  "commits in one run, but a committed Parquet data file is corrupt on S3 "
-                  "('Parquet magic bytes not found', seed 22): a retried upload under the "
-                  "proxy's reset/truncate faults stores a bad object; also ~90 s, over budget")
+@pytest.mark.soak
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 22 item 8, open: with the retries in place the batch commits in one run, but a "
+    "committed Parquet data file is corrupt on S3 ('Parquet magic bytes not found', seed 22). "
+    "strict: when it passes, drop this mark and move the test into make test"))
 @pytest.mark.timeout(240)
 def test_a_batch_writing_to_s3_through_faults_commits_in_one_run(s3_env, s3_bucket, tmp_path,
                                                                   spark):
