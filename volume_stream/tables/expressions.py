@@ -13,6 +13,10 @@ Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESI
   Chains of AND / OR are rebuilt as balanced trees (depth log n) and IN lists longer than
   `IN_CHUNK` become a balanced OR of shorter IN lists (the same three-valued result). Parentheses
   nested deeper than `MAX_NESTING` are refused before sqlglot's recursive parser sees them.
+- **No silent overflow.** DataFusion wraps 64-bit integer arithmetic around (`9223372036854775807
+  + 1` became the smallest BIGINT); Spark raises. Integer `+ - *` (integer columns and literals)
+  is computed as DECIMAL(38, 0) and cast back to BIGINT, which DataFusion refuses when the value
+  does not fit: the statement fails naming the table, nothing is written.
 - **Known columns.** Every unqualified column must exist (case-insensitively), so a typo is
   reported naming the table, not by DataFusion.
 
@@ -122,13 +126,51 @@ def _shallow(node: exp.Expression) -> exp.Expression:
     return node
 
 
+_INTEGER_TYPES = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+                  exp.DataType.Type.BIGINT}
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul)
+
+
+def _integer(node: exp.Expression, integers: set[str]) -> bool:
+    """Whether `node` is integer-typed: an integer column or literal, or arithmetic of them."""
+    if isinstance(node, exp.Paren | exp.Neg):
+        return _integer(node.this, integers)
+    if isinstance(node, exp.Column):
+        return node.name.lower() in integers
+    if isinstance(node, exp.Literal):
+        return not node.is_string and node.this.lstrip("-").isdigit()
+    if isinstance(node, exp.Cast):
+        return node.to.this in _INTEGER_TYPES
+    if isinstance(node, _ARITHMETIC):
+        return _integer(node.this, integers) and _integer(node.expression, integers)
+    return False
+
+
+def _checked(node: exp.Expression, integers: set[str]) -> exp.Expression:
+    """Integer arithmetic computed in DECIMAL(38, 0) and cast back to BIGINT (an error, not a
+    wrap-around, when the result does not fit)."""
+    wide = exp.DataType.build("DECIMAL(38, 0)")
+    for item in reversed(list(node.find_all(*_ARITHMETIC))):  # innermost first
+        if not _integer(item, integers):
+            continue
+        math = type(item)(this=exp.Cast(this=item.this, to=wide.copy()),
+                          expression=exp.Cast(this=item.expression, to=wide.copy()))
+        new = exp.Cast(this=exp.Paren(this=math), to=exp.DataType.build("BIGINT"))
+        if item is node:
+            node = new
+        else:
+            item.replace(new)
+    return node
+
+
 def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
-             table: str = "") -> str:
+             table: str = "", integers: set[str] | frozenset[str] = frozenset()) -> str:
     """The expression as delta-rs (DataFusion) SQL.
 
     With `columns`, every unqualified column must be one of them (case-insensitively; the
     stored spelling is used), so a typo is reported here naming the table, not by DataFusion.
-    Subqueries are refused: delta-rs evaluates predicates row by row.
+    Subqueries are refused: delta-rs evaluates predicates row by row. `integers` names the
+    integer columns (lower case): arithmetic on them is checked for overflow.
     """
     if isinstance(node, str):
         node = parse_expression(node)
@@ -148,14 +190,16 @@ def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
             col.set("this", exp.to_identifier(stored, quoted=True))
     for ident in node.find_all(exp.Identifier):
         ident.set("quoted", True)
+    node = _checked(node, {c.lower() for c in integers})
     return _shallow(node).sql(dialect=_OUT)
 
 
 def to_delta_predicate(node: exp.Expression | str, *, columns: list[str] | None = None,
-                       table: str = "") -> str:
+                       table: str = "", integers: set[str] | frozenset[str] = frozenset()
+                       ) -> str:
     """A condition as delta-rs SQL that is TRUE exactly where the condition is TRUE (NULL and
     FALSE both leave a row alone, as SQL's three-valued logic says)."""
-    return f"({to_delta(node, columns=columns, table=table)}) IS TRUE"
+    return f"({to_delta(node, columns=columns, table=table, integers=integers)}) IS TRUE"
 
 
 def column_names(node: exp.Expression) -> set[tuple[str, str]]:

@@ -107,6 +107,10 @@ def _deep_stack(fn: Callable[..., Any], *args: Any) -> Any:
     return out["result"]
 
 
+def _integers(schema: pa.Schema) -> set[str]:
+    return {f.name.lower() for f in schema if pa.types.is_integer(f.type)}
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
@@ -380,10 +384,12 @@ class TableStore:
         """UPDATE name SET col = expr, ... [WHERE cond]; returns (version, rows updated)."""
         dt, schema, with_ids = self._layout(name)
         cols = schema.names
-        updates = {self._column(name, cols, c): to_delta(e, columns=cols, table=name)
+        ints = _integers(schema)
+        updates = {self._column(name, cols, c): to_delta(e, columns=cols, table=name,
+                                                         integers=ints)
                    for c, e in assignments.items()}
-        predicate = to_delta_predicate(where, columns=cols, table=name) if where is not None \
-            else None
+        predicate = to_delta_predicate(where, columns=cols, table=name, integers=ints) \
+            if where is not None else None
 
         def write(dt: DeltaTable, version: int, props: CommitProperties) -> int:
             stamped = {_quote(c): e for c, e in updates.items()}
@@ -396,7 +402,8 @@ class TableStore:
 
     def delete(self, name: str, where: Any = None) -> tuple[int, int]:
         dt, schema, _ = self._layout(name)
-        predicate = to_delta_predicate(where, columns=schema.names, table=name) \
+        predicate = to_delta_predicate(where, columns=schema.names, table=name,
+                                       integers=_integers(schema)) \
             if where is not None \
             else None
 
@@ -419,12 +426,13 @@ class TableStore:
         if with_ids:
             source = source.append_column(new_id, pa.array(range(source.num_rows), pa.int64()))
         predicate = to_delta(on, table=name)
+        ints = _integers(schema) | _integers(source.schema)
         plan = []
         for clause in clauses:
-            cond = to_delta_predicate(clause.condition, table=name) \
+            cond = to_delta_predicate(clause.condition, table=name, integers=ints) \
                 if clause.condition is not None \
                 else None
-            sets = {self._column(name, cols, c): to_delta(e, table=name)
+            sets = {self._column(name, cols, c): to_delta(e, table=name, integers=ints)
                     for c, e in (clause.assignments or {}).items()}
             plan.append((clause, cond, sets))
 

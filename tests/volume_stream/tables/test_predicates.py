@@ -235,3 +235,23 @@ def test_deep_nesting_is_a_clear_error_everywhere(big, catalog):
         with pytest.raises(VolumeStreamError, match="nest"):
             catalog.sql(statement)
     assert catalog.tables.snapshot("t").num_rows == 2
+
+
+def test_integer_overflow_is_an_error_not_a_wrap_around(catalog):
+    catalog.sql("CREATE TABLE c (id INT, n BIGINT)")
+    catalog.sql("INSERT INTO c VALUES (1, 1), (2, 9223372036854775806)")
+    for statement in ("UPDATE c SET n = 9223372036854775807 + 1",
+                      "UPDATE c SET n = n + 2",
+                      "UPDATE c SET n = n * 2 WHERE id = 2",
+                      "UPDATE c SET id = id + 2147483647"):
+        with pytest.raises(VolumeStreamError, match="out of range|Can't cast"):
+            catalog.sql(statement)
+    try:  # wrapped around, n + 2 < 0 held for row 2 and deleted it
+        catalog.sql("DELETE FROM c WHERE n + 2 < 0")
+    except VolumeStreamError as exc:
+        assert "out of range" in str(exc)
+    assert sorted(r["n"] for r in catalog.tables.snapshot("c").to_pylist()) == [
+        1, 9223372036854775806]
+    catalog.sql("UPDATE c SET n = n + 1")  # in range: done
+    assert sorted(r["n"] for r in catalog.tables.snapshot("c").to_pylist()) == [
+        2, 9223372036854775807]
