@@ -22,13 +22,22 @@ from volume_stream.config.settings import Settings
 from volume_stream.warehouse.location import Location
 from volume_stream.warehouse.store import MARKER
 
-__all__ = ["AsJson", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
+__all__ = ["INTERRUPTED", "AsJson", "Interrupted", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
            "stop_on_sigterm"]
 
 # No emoji codes anywhere (`acs:ram::1234` is a role ARN, not a sheep); table cells are Text,
 # so data is never read as markup either.
 out = Console(width=None if sys.stdout.isatty() else 240, emoji=False)
 err = Console(stderr=True, emoji=False)
+
+#: the exit code of a command stopped by Ctrl-C (SIGINT), as shells report it
+INTERRUPTED = 130
+
+
+class Interrupted(Exception):  # noqa: N818 - not an error: what the user asked for
+    """A command stopped by Ctrl-C; the message is the one line `main` prints ("interrupted;
+    offset of stream s unchanged"), and the process exits 130."""
+
 
 Warehouse = Annotated[str | None, typer.Option(
     "--warehouse", "-w", help="Warehouse folder or URI, e.g. s3://bucket/wh (default: "

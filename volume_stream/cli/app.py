@@ -25,7 +25,9 @@ from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
 from volume_stream.cli._common import (
+    INTERRUPTED,
     AsJson,
+    Interrupted,
     Warehouse,
     err,
     has_warehouse,
@@ -219,11 +221,19 @@ def main() -> None:
         code: int | str | None = 0
     except SystemExit as exc:
         code = exc.code
+        if code == INTERRUPTED:  # typer's word for a KeyboardInterrupt (Ctrl-C)
+            err.print("interrupted", highlight=False)
+    except Interrupted as exc:  # Ctrl-C in a command that says what became of its offsets
+        err.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+        code = INTERRUPTED
     except VolumeStreamError as exc:
         # one unwrapped line: paths and names stay whole for copy and paste
         err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
                   highlight=False)
         code = 1
+    except KeyboardInterrupt:  # Ctrl-C outside a command: one line, the shell's code for it
+        err.print("interrupted", highlight=False)
+        code = INTERRUPTED
     exit_process(code)
 
 

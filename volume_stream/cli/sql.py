@@ -165,6 +165,10 @@ def register(app: typer.Typer) -> None:
             "--remote", help="Use a running Spark Connect server, e.g. a daemon's warm Spark: "
                              "sc://HOST:PORT [default: $VOLUME_STREAM_SPARK_REMOTE]",
             show_default=False)] = None,
+        connect_timeout: Annotated[float | None, typer.Option(
+            "--connect-timeout", help="Seconds to wait for the --remote server [default: 10, "
+                                      "or $VOLUME_STREAM_CONNECT_TIMEOUT]",
+            show_default=False)] = None,
         verbose: Annotated[bool, typer.Option(
             "--verbose", "-v", help="Let Spark's own log lines through.")] = False,
     ) -> None:
@@ -178,6 +182,10 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("give a FILE or -e TEXT, not both")
         if verbose:
             os.environ["VOLUME_STREAM_VERBOSE"] = "1"
+        if connect_timeout is not None:
+            if connect_timeout <= 0:
+                raise typer.BadParameter("--connect-timeout must be more than 0 seconds")
+            os.environ["VOLUME_STREAM_CONNECT_TIMEOUT"] = str(connect_timeout)
         try:
             catalog = connect(warehouse or Settings().warehouse, remote=remote_url(remote),
                               create=True)  # DDL may create things

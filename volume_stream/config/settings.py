@@ -43,5 +43,7 @@ class Settings(BaseSettings):
     spark_master: str | None = None
     #: `sc://host:port` of a Spark Connect server (a daemon's warm Spark) for SQL
     spark_remote: str | None = None
+    #: seconds to wait for the Spark Connect server before giving up (sql --connect-timeout)
+    connect_timeout: float = 10
     #: let Spark's own log lines through (the CLI's --verbose sets it)
     verbose: bool = False
