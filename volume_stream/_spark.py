@@ -23,7 +23,7 @@ from typing import Any
 from volume_stream.config.settings import Settings
 from volume_stream.errors import ConfigError
 
-__all__ = ["connect_conf", "get_spark", "is_connect", "remote_url", "spark_log_path"]
+__all__ = ["connect_conf", "get_spark", "interrupted", "is_connect", "remote_url", "spark_log_path"]
 
 #: the Spark Connect plugin that serves sc:// clients from inside a driver (ships with pyspark 4)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -126,9 +126,51 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
     if quiet:
         _launch_quietly(builder)
     session = builder.getOrCreate()
+    _cancel_jobs_on_sigint(session.sparkContext)
     session.sparkContext.setLogLevel("WARN" if _verbose(verbose) else "ERROR")
     quiet_query_context_loggers()
     return session
+
+
+_SIGINTS = 0  # Ctrl-Cs received while a local session ran
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C (SIGINT) has cancelled this process's Spark jobs: the error a cancelled
+    job raises (often in place of the KeyboardInterrupt, from PySpark's `finally` blocks) is
+    then the interrupt's doing, not a failure to report."""
+    return _SIGINTS > 0
+
+
+def _cancel_jobs_on_sigint(sc: Any) -> None:
+    """Replace the SIGINT handler PySpark installs with one that works mid-call.
+
+    PySpark's handler calls `cancelAllJobs` on the py4j connection the main thread is blocked
+    on, which fails ("reentrant call") and logs two tracebacks before the KeyboardInterrupt.
+    This one cancels from a thread of its own (its own connection) and raises the
+    KeyboardInterrupt at once. A handler someone else installed is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if "SparkContext" not in getattr(current, "__qualname__", ""):
+        return
+
+    def cancel() -> None:
+        try:
+            sc.cancelAllJobs()
+        except Exception:  # noqa: S110 - the JVM is gone or going: nothing left to cancel
+            pass
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        global _SIGINTS
+        _SIGINTS += 1
+        threading.Thread(target=cancel, name="spark-cancel", daemon=True).start()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
 
 
 def _host_port(url: str) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from volume_stream.cli._common import (
     has_warehouse,
     out,
     print_rows,
+    quiet_py4j_interrupts,
     stop_on_sigterm,
 )
 from volume_stream.cli._common import catalog as _catalog
@@ -216,6 +217,7 @@ export_commands.register(app)
 
 def main() -> None:
     """The `volume-stream` command; ends through `exit_process` (see `volume_stream._exit`)."""
+    quiet_py4j_interrupts()
     try:
         app()
         code: int | str | None = 0

@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,11 +25,11 @@ from rich.markup import escape
 
 from volume_stream._spark import remote_url
 from volume_stream.catalog import connect
-from volume_stream.cli._common import err, out, print_rows
+from volume_stream.cli._common import Interrupted, err, out, print_rows, was_interrupted
 from volume_stream.config.settings import Settings
 from volume_stream.errors import InvalidInputError, VolumeStreamError
-from volume_stream.sql import register_udf_lazily, run_script
-from volume_stream.sql.lexer import is_complete
+from volume_stream.sql import register_udf_lazily, run_statement, statements
+from volume_stream.sql.lexer import QUOTED, WORD, Statement, is_complete
 from volume_stream.sql.result import counted
 
 __all__ = ["load_udf", "register", "repl", "run_text"]
@@ -93,8 +94,48 @@ def run_text(catalog, text: str, *, as_json: bool = False, limit: int = 1000) ->
         >>> run_text(cat, "SHOW VOLUMES; SHOW STREAMS", as_json=True)
     """
 
-    for result in run_script(catalog, text):
-        _print(result, as_json, limit)
+    for statement in statements(text):  # the whole script is split (checked) first
+        with _offsets_on_interrupt(catalog, statement):
+            _print(run_statement(catalog, statement), as_json, limit)
+
+
+_MOVES_OFFSETS = {"INSERT", "CREATE", "MERGE", "UPDATE", "DELETE"}
+
+
+@contextmanager
+def _offsets_on_interrupt(catalog, statement: Statement) -> Iterator[None]:
+    """Turn Ctrl-C into `Interrupted`, saying what became of the offsets of the streams a
+    writing statement reads ("interrupted; offset of stream s unchanged")."""
+    before: dict[str, int] = {}
+    if statement.keyword in _MOVES_OFFSETS:
+        streams = {s["name"].lower(): s for s in catalog.list_streams()}
+        for token in statement.tokens:
+            if token.kind in (WORD, QUOTED) and token.value.lower() in streams:
+                stream = streams[token.value.lower()]
+                before[stream["name"]] = stream["offset"]
+    try:
+        yield
+    except (KeyboardInterrupt, Exception) as exc:
+        if was_interrupted(exc):
+            raise Interrupted(_interrupted_note(catalog, before)) from None
+        raise
+
+
+def _interrupted_note(catalog, before: dict[str, int]) -> str:
+    if not before:
+        return "interrupted"
+    try:
+        after = {s["name"]: s["offset"] for s in catalog.list_streams()}
+    except (VolumeStreamError, KeyboardInterrupt):
+        return "interrupted"
+    same = sorted(n for n, offset in before.items() if after.get(n) == offset)
+    notes = []
+    if same:
+        notes.append(f"offset of stream {same[0]} unchanged" if len(same) == 1 else
+                     f"offsets of streams {', '.join(same)} unchanged")
+    notes += [f"stream {n} offset moved to {after.get(n)} (the statement had committed)"
+              for n in sorted(set(before) - set(same))]
+    return "; ".join(["interrupted", *notes])
 
 
 def _report(exc: VolumeStreamError) -> None:
