@@ -34,6 +34,22 @@ from volume_stream.sql.result import counted
 
 __all__ = ["load_udf", "register", "repl", "run_text"]
 
+SQL_HELP = """\
+volume-stream SQL: end each statement with ';' (exit or quit leaves the prompt).
+
+  CREATE [OR REPLACE] EXTERNAL VOLUME v LOCATION 's3://bucket/prefix/' [NOTIFICATION = (...)]
+  CREATE STORAGE CONNECTION c TYPE OSS ENDPOINT = '...' ...;  SHOW CONNECTIONS
+  ALTER VOLUME v REFRESH;  SHOW VOLUMES;  SHOW VOLUME DIRECTORY v;  DESCRIBE VOLUME v
+  CREATE STREAM s ON VOLUME v [WITH PROPERTIES ('TABLE_STREAM_MODE' = 'APPEND_ONLY')]
+  SHOW STREAMS;  DESCRIBE STREAM s;  DROP STREAM s
+  CREATE TABLE t (col type, ...) | AS SELECT ...;  SHOW TABLES;  DESCRIBE TABLE t
+  CREATE TABLE STREAM ts ON TABLE t
+  SELECT ... FROM s                 a stream's pending changes (its offset does not move)
+  INSERT INTO t SELECT ... FROM s   reads the stream and moves its offset when it commits
+  UPDATE t SET ... WHERE ...;  DELETE FROM t WHERE ...;  MERGE INTO t USING ... ON ...
+
+Any other Spark SQL runs in Spark (started on first need).\
+"""
 PROMPT, MORE = "volume-stream> ", "            -> "
 _ADDED_FOLDERS: set[str] = set()  # put on sys.path by load_udf: their modules go by value
 
@@ -95,6 +111,9 @@ def run_text(catalog, text: str, *, as_json: bool = False, limit: int = 1000) ->
     """
 
     for statement in statements(text):  # the whole script is split (checked) first
+        if [t.upper for t in statement.tokens] == ["HELP"]:
+            out.print(SQL_HELP, markup=False, highlight=False)
+            continue
         with _offsets_on_interrupt(catalog, statement):
             _print(run_statement(catalog, statement), as_json, limit)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from volume_stream._spark import is_connect
 from volume_stream.errors import InvalidInputError, VolumeStreamError
-from volume_stream.sql import ddl, ddl_exec, tables
+from volume_stream.sql import ddl, ddl_exec, syntax, tables
 from volume_stream.sql.lexer import Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import PENDING as _PENDING
@@ -72,12 +72,22 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
             if exc.advice and "sql" in exc.advice:
                 exc.args = (exc.message("sql"),)  # SQL advice for SQL ("CREATE OR REPLACE")
             raise
+    _check_syntax(catalog, statement)
     if getattr(catalog, "spark_started", True):
         _flush_pending(catalog)
         udfs = set(_UDFS.get(catalog.spark, {}))
     else:  # Spark starts only if the statement parses (dml.run): syntax errors come first
         udfs = {name.lower() for name, _, _ in _PENDING.get(catalog, [])}
     return tables.run(catalog, statement, udfs, before_spark=lambda: _flush_pending(catalog))
+
+
+def _check_syntax(catalog: Catalog, statement: Statement) -> None:
+    """Refuse what is plainly not SQL, and (before Spark runs, when sqlglot's verdict is final)
+    what sqlglot cannot parse, in our words: no Spark is started to say it."""
+    syntax.check(statement)
+    if getattr(catalog, "spark_started", True):
+        return  # Spark's own parser judges what sqlglot cannot read
+    syntax.check_parses(statement)
 
 
 def _flush_pending(catalog: Catalog) -> None:
