@@ -77,7 +77,8 @@ Warehouse = Annotated[str | None, typer.Option(
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
-def catalog(warehouse: str | Path | None, *, create: bool = False) -> Catalog:
+def catalog(warehouse: str | Path | None, *, create: bool = False,
+            remote: str | None = None) -> Catalog:
     """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse),
     with $VOLUME_STREAM_STORAGE_OPTIONS (JSON) as its storage options.
 
@@ -86,7 +87,7 @@ def catalog(warehouse: str | Path | None, *, create: bool = False) -> Catalog:
     """
     settings = Settings()
     return connect(warehouse or settings.warehouse, storage_options=settings.storage_options,
-                   create=create)
+                   create=create, remote=remote)
 
 
 def has_warehouse(warehouse: str | Path | None) -> bool:

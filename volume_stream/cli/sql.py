@@ -24,9 +24,15 @@ import typer
 from rich.markup import escape
 
 from volume_stream._spark import remote_url
-from volume_stream.catalog import connect
-from volume_stream.cli._common import Interrupted, err, out, print_rows, was_interrupted
-from volume_stream.config.settings import Settings
+from volume_stream.cli._common import (
+    Interrupted,
+    Warehouse,
+    err,
+    out,
+    print_rows,
+    was_interrupted,
+)
+from volume_stream.cli._common import catalog as open_catalog
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.sql import register_udf_lazily, run_statement, statements
 from volume_stream.sql.lexer import QUOTED, WORD, Statement, is_complete
@@ -218,9 +224,7 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[int, typer.Option(help="Print at most this many rows per query.")
                          ] = 1000,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
-        warehouse: Annotated[Path | None, typer.Option(
-            "--warehouse", "-w",
-            help="Warehouse folder [default: ./warehouse or $VOLUME_STREAM_WAREHOUSE]")] = None,
+        warehouse: Warehouse = None,
         remote: Annotated[str | None, typer.Option(
             "--remote", help="Use a running Spark Connect server, e.g. a daemon's warm Spark: "
                              "sc://HOST:PORT [default: $VOLUME_STREAM_SPARK_REMOTE]",
@@ -247,8 +251,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter("--connect-timeout must be more than 0 seconds")
             os.environ["VOLUME_STREAM_CONNECT_TIMEOUT"] = str(connect_timeout)
         try:
-            catalog = connect(warehouse or Settings().warehouse, remote=remote_url(remote),
-                              create=True)  # DDL may create things
+            # DDL may create things
+            catalog = open_catalog(warehouse, create=True, remote=remote_url(remote))
             for spec in udf or []:
                 name, fn, return_type = load_udf(
                     spec, [file.parent] if file is not None and str(file) != "-" else [])

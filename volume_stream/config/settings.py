@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from volume_stream.errors import ConfigError
 
 __all__ = ["Settings", "warehouse_location"]
 
@@ -27,6 +29,28 @@ def warehouse_location(value: Any) -> Any:
     return value
 
 
+_EXAMPLES = {"storage_options": '{"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "..."}'}
+
+
+def _explain(exc: Exception) -> str:
+    """One line naming the environment variable and what it must hold."""
+    if isinstance(exc, ValidationError):
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            key = f" key {error['loc'][1]!r}" if len(error["loc"]) > 1 else ""
+            example = f" (e.g. {_EXAMPLES[field]})" if field in _EXAMPLES else ""
+            message = error["msg"][:1].lower() + error["msg"][1:]
+            problems.append(f"VOLUME_STREAM_{field.upper()}{key}: {message}{example}")
+        return "invalid environment: " + "; ".join(problems)
+    text = str(exc)
+    for field, example in _EXAMPLES.items():
+        if f'"{field}"' in text:
+            return (f"invalid environment: VOLUME_STREAM_{field.upper()} is not valid JSON; "
+                    f"write a JSON object of strings, e.g. {example}")
+    return f"invalid environment: {text}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VOLUME_STREAM_", extra="ignore")
 
@@ -35,6 +59,13 @@ class Settings(BaseSettings):
     #: delta-rs storage options of the warehouse, as JSON (VOLUME_STREAM_STORAGE_OPTIONS);
     #: no secrets: credentials come from the standard AWS_* environment or a role
     storage_options: dict[str, str] = {}
+
+    def __init__(self, **values: Any):
+        """Read the environment; a malformed value is a ConfigError naming the variable."""
+        try:
+            super().__init__(**values)
+        except (ValidationError, SettingsError) as exc:
+            raise ConfigError(_explain(exc)) from exc
 
     @field_validator("warehouse", mode="before")
     @classmethod
