@@ -68,3 +68,24 @@ def test_config_check_refuses_what_the_daemon_refuses(tmp_path):
     assert "shard_api.require_signature" in err and "VOLUME_STREAM_SHARD_API_SECRET" in err
     assert "volumes.landing.location" in err and "volumes.bucket.notification" in err, err
     assert not (tmp_path / "wh").exists()
+
+
+def test_stream_read_limit_says_of_how_many_and_refuses_negatives(tmp_path):
+    (tmp_path / "data").mkdir()
+    for i in range(7):
+        (tmp_path / "data" / f"f{i}.txt").write_text("x")
+    cat = vs.connect(tmp_path / "warehouse")
+    cat.create_volume("vol", tmp_path / "data")
+    cat.create_stream("s", "vol", show_initial_rows=True)
+    cat.refresh("vol")
+    shown = cli("stream", "read", "s", "--limit", "5", cwd=tmp_path)
+    assert shown.returncode == 0 and "s: 5 of 7 change records" in shown.stdout, shown.stdout
+    err = one_error(cli("stream", "read", "s", "--limit", "-5", cwd=tmp_path))
+    assert "--limit -5" in err, err
+
+
+def test_version(tmp_path):
+    from importlib.metadata import version
+
+    proc = cli("--version", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"volume-stream {version('volume-stream')}"
