@@ -62,11 +62,10 @@ def test_config_check_refuses_what_the_daemon_refuses(tmp_path):
     config = tmp_path / "vs.toml"
     config.write_text(f'warehouse = "{tmp_path / "wh"}"\n'
                       '[shard_api]\nenabled = true\nrequire_signature = true\n'
-                      '[volumes.landing]\n'
-                      '[volumes.bucket]\nlocation = "s3://bucket/prefix/"\n')
+                      '[volumes.landing]\n')
     err = one_error(cli("config", "check", str(config), cwd=tmp_path), code=2)
     assert "shard_api.require_signature" in err and "VOLUME_STREAM_SHARD_API_SECRET" in err
-    assert "volumes.landing.location" in err and "volumes.bucket.notification" in err, err
+    assert "volumes.landing.location" in err, err
     assert not (tmp_path / "wh").exists()
 
 

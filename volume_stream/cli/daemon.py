@@ -49,8 +49,7 @@ def _check_pipeline_specs(cfg: DaemonConfig, path: Path) -> None:
 
 def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
     """What the daemon would refuse at start, refused by `config check` too: a signed shard API
-    without its key in the environment, a volume to create without a location, an object-store
-    volume without a notification queue to listen to."""
+    without its key in the environment, a volume to create without a location."""
     import os
 
     from volume_stream.catalog import connect  # not at import: start-up time
@@ -76,13 +75,6 @@ def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
             problems.append(f"{path}: key 'volumes.{name}.location': volume {name!r} is not in "
                             f"the warehouse {cfg.warehouse} and no location is given to create "
                             f"it")
-        location = str(vol.location or (stored or {}).get("location") or "")
-        scheme = location.split("://")[0] if "://" in location else ""
-        has_queue = vol.notification is not None or (stored or {}).get("notification")
-        if scheme in ("s3", "oss") and not has_queue:
-            problems.append(f"{path}: key 'volumes.{name}.notification': a {scheme}:// volume "
-                            f"needs a notification queue for the daemon to listen to "
-                            f"([volumes.{name}.notification] type = ...)")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
