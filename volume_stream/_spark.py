@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from volume_stream.config.settings import Settings
+from volume_stream.errors import ConfigError
 
-__all__ = ["connect_conf", "get_spark", "is_connect", "remote_url", "spark_log_path"]
+__all__ = ["connect_conf", "get_spark", "interrupted", "is_connect", "remote_url", "spark_log_path"]
 
 #: the Spark Connect plugin that serves sc:// clients from inside a driver (ships with pyspark 4)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -96,19 +97,7 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
 
     url = remote_url(remote)
     if url is not None:
-        from volume_stream.errors import ConfigError
-
-        try:
-            session = SparkSession.builder.remote(url).getOrCreate()
-            session.conf.set("spark.sql.session.timeZone", "UTC")
-        except ImportError as exc:
-            raise ConfigError(f"Spark Connect {url}: the client needs pyspark[connect] "
-                              f"({exc})") from exc
-        except Exception as exc:
-            raise ConfigError(f"Spark Connect {url}: cannot reach a Spark Connect server "
-                              f"({str(exc).strip().splitlines()[0]}); is the daemon running "
-                              f"with [spark] connect_port?") from exc
-        return session
+        return _connect(url, Settings().connect_timeout)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -137,9 +126,119 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
     if quiet:
         _launch_quietly(builder)
     session = builder.getOrCreate()
+    _cancel_jobs_on_sigint(session.sparkContext)
     session.sparkContext.setLogLevel("WARN" if _verbose(verbose) else "ERROR")
     quiet_query_context_loggers()
     return session
+
+
+_SIGINTS = 0  # Ctrl-Cs received while a local session ran
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C (SIGINT) has cancelled this process's Spark jobs: the error a cancelled
+    job raises (often in place of the KeyboardInterrupt, from PySpark's `finally` blocks) is
+    then the interrupt's doing, not a failure to report."""
+    return _SIGINTS > 0
+
+
+def _cancel_jobs_on_sigint(sc: Any) -> None:
+    """Replace the SIGINT handler PySpark installs with one that works mid-call.
+
+    PySpark's handler calls `cancelAllJobs` on the py4j connection the main thread is blocked
+    on, which fails ("reentrant call") and logs two tracebacks before the KeyboardInterrupt.
+    This one cancels from a thread of its own (its own connection) and raises the
+    KeyboardInterrupt at once. A handler someone else installed is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if "SparkContext" not in getattr(current, "__qualname__", ""):
+        return
+
+    def cancel() -> None:
+        try:
+            sc.cancelAllJobs()
+        except Exception:  # noqa: S110 - the JVM is gone or going: nothing left to cancel
+            pass
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        global _SIGINTS
+        _SIGINTS += 1
+        threading.Thread(target=cancel, name="spark-cancel", daemon=True).start()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    """Host and port of `sc://host:port[/;params]` (Spark Connect's default port 15002)."""
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(url.split("/;")[0])
+        return parsed.hostname or "localhost", parsed.port or 15002
+    except ValueError as exc:
+        raise ConfigError(f"Spark Connect {url}: not a sc://HOST:PORT URL ({exc})") from exc
+
+
+def _connect(url: str, timeout: float) -> Any:
+    """A Spark Connect session to `url`, or a ConfigError within `timeout` seconds.
+
+    pyspark's client retries an unreachable server for about ten minutes (and its first
+    Ctrl-C is lost in the retries): the port is probed first, and the session is made in a
+    helper thread that the main thread waits for, interruptibly, at most `timeout` seconds."""
+    import socket
+    import threading
+
+    from pyspark.sql import SparkSession
+
+    hint = "is the daemon running with [spark] connect_port?"
+    host, port = _host_port(url)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(f"cannot connect to {url} ({reason.lower()} within {timeout:g}s); "
+                          f"{hint}") from exc
+    outcome: dict[str, Any] = {}
+
+    def make() -> None:
+        try:
+            outcome["session"] = SparkSession.builder.remote(url).getOrCreate()
+            outcome["session"].conf.set("spark.sql.session.timeZone", "UTC")  # the first call
+            outcome["ready"] = True
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=make, name="spark-connect", daemon=True)
+    worker.start()
+    try:
+        worker.join(timeout)
+    finally:
+        if not outcome.get("ready") and "session" in outcome:
+            _close(outcome["session"])  # else its exit handler would call the server again
+    if worker.is_alive():
+        raise ConfigError(f"cannot connect to {url} (no Spark Connect answer within "
+                          f"{timeout:g}s; raise it with --connect-timeout); {hint}")
+    exc = outcome.get("error")
+    if isinstance(exc, ImportError):
+        raise ConfigError(f"Spark Connect {url}: the client needs pyspark[connect] "
+                          f"({exc})") from exc
+    if exc is not None:
+        raise ConfigError(f"cannot connect to {url} ({str(exc).strip().splitlines()[0]}); "
+                          f"{hint}") from exc
+    return outcome["session"]
+
+
+def _close(session: Any) -> None:
+    """Close a Spark Connect client that never reached its server."""
+    try:
+        session.client.close()
+    except Exception:  # noqa: S110 - nothing more to release
+        pass
 
 
 def quiet_query_context_loggers() -> None:

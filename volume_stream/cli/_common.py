@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
@@ -17,12 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from volume_stream._spark import interrupted as spark_interrupted
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.settings import Settings
 from volume_stream.warehouse.location import Location
 from volume_stream.warehouse.store import MARKER
 
-__all__ = ["AsJson", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
+__all__ = ["INTERRUPTED", "AsJson", "Interrupted", "quiet_py4j_interrupts", "was_interrupted", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
            "stop_on_sigterm"]
 
 # No emoji codes anywhere (`acs:ram::1234` is a role ARN, not a sheep); table cells are Text,
@@ -30,13 +32,53 @@ __all__ = ["AsJson", "Warehouse", "catalog", "err", "has_warehouse", "out", "pri
 out = Console(width=None if sys.stdout.isatty() else 240, emoji=False)
 err = Console(stderr=True, emoji=False)
 
+#: the exit code of a command stopped by Ctrl-C (SIGINT), as shells report it
+INTERRUPTED = 130
+
+
+class Interrupted(BaseException):  # noqa: N818 - not an error: what the user asked for
+    """A command stopped by Ctrl-C; the message is the one line `main` prints ("interrupted;
+    offset of stream s unchanged"), and the process exits 130. A BaseException, as
+    KeyboardInterrupt is, so no `except Exception` on the way out takes it for a failure."""
+
+
+def was_interrupted(exc: BaseException | None) -> bool:
+    """Whether `exc` is Ctrl-C's doing: a KeyboardInterrupt, one in its chain, or any error
+    once SIGINT has cancelled the Spark jobs (a cancelled job's error replaces the interrupt)."""
+    if exc is not None and spark_interrupted():
+        return True
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class _Py4jInterrupts(logging.Filter):
+    """Drop py4j's records of a Ctrl-C: it logs every KeyboardInterrupt that lands in a JVM call
+    as an error with its traceback, on the root logger, before re-raising it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not ("py4j" in record.pathname and was_interrupted(exc))
+
+
+def quiet_py4j_interrupts() -> None:
+    """Keep py4j's tracebacks of a Ctrl-C off the terminal (the CLI says "interrupted")."""
+    root = logging.getLogger()
+    if not any(isinstance(f, _Py4jInterrupts) for f in root.filters):
+        root.addFilter(_Py4jInterrupts())
+
+
 Warehouse = Annotated[str | None, typer.Option(
     "--warehouse", "-w", help="Warehouse folder or URI, e.g. s3://bucket/wh (default: "
                               "./warehouse, or $VOLUME_STREAM_WAREHOUSE)")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
-def catalog(warehouse: str | Path | None, *, create: bool = False) -> Catalog:
+def catalog(warehouse: str | Path | None, *, create: bool = False,
+            remote: str | None = None) -> Catalog:
     """The catalog of `--warehouse` (default: $VOLUME_STREAM_WAREHOUSE, else ./warehouse),
     with $VOLUME_STREAM_STORAGE_OPTIONS (JSON) as its storage options.
 
@@ -45,7 +87,7 @@ def catalog(warehouse: str | Path | None, *, create: bool = False) -> Catalog:
     """
     settings = Settings()
     return connect(warehouse or settings.warehouse, storage_options=settings.storage_options,
-                   create=create)
+                   create=create, remote=remote)
 
 
 def has_warehouse(warehouse: str | Path | None) -> bool:

@@ -25,17 +25,20 @@ from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
 from volume_stream.cli._common import (
+    INTERRUPTED,
     AsJson,
+    Interrupted,
     Warehouse,
     err,
     has_warehouse,
     out,
     print_rows,
+    quiet_py4j_interrupts,
     stop_on_sigterm,
 )
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.cli._progress import refresh_progress
-from volume_stream.errors import VolumeStreamError
+from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
 
@@ -49,6 +52,21 @@ stream_app = typer.Typer(help="Create, list, describe, read and drop streams.",
                          no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(volume_app, name="volume")
 app.add_typer(stream_app, name="stream")
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"volume-stream {version('volume-stream')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        ] = False) -> None:
+    """Event-driven file streams on Apache Spark."""
+
 
 # ---------------------------------------------------------------------- volumes
 @volume_app.command("create")
@@ -168,11 +186,16 @@ def stream_read(name: str, limit: Annotated[int | None, typer.Option(help="At mo
                                             ] = None,
                 warehouse: Warehouse = None, as_json: AsJson = False) -> None:
     """Print the stream's pending change records (the offset does not move)."""
+    if limit is not None and limit < 0:
+        raise InvalidInputError(f"--limit {limit}: give a number of rows >= 0")
     records = _catalog(warehouse).read_stream_arrow(name)
-    if limit is not None:
+    total = records.num_rows
+    if limit is not None and limit < total:
         records = records.slice(0, limit)
-    print_rows(records.to_pylist(), as_json,
-               f"{name}: {counted(records.num_rows, 'change records')}")
+        title = f"{name}: {records.num_rows} of {counted(total, 'change records')}"
+    else:
+        title = f"{name}: {counted(total, 'change records')}"
+    print_rows(records.to_pylist(), as_json, title)
 
 
 @stream_app.command("drop")
@@ -214,16 +237,25 @@ export_commands.register(app)
 
 def main() -> None:
     """The `volume-stream` command; ends through `exit_process` (see `volume_stream._exit`)."""
+    quiet_py4j_interrupts()
     try:
         app()
         code: int | str | None = 0
     except SystemExit as exc:
         code = exc.code
+        if code == INTERRUPTED:  # typer's word for a KeyboardInterrupt (Ctrl-C)
+            err.print("interrupted", highlight=False)
+    except Interrupted as exc:  # Ctrl-C in a command that says what became of its offsets
+        err.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+        code = INTERRUPTED
     except VolumeStreamError as exc:
         # one unwrapped line: paths and names stay whole for copy and paste
         err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
                   highlight=False)
         code = 1
+    except KeyboardInterrupt:  # Ctrl-C outside a command: one line, the shell's code for it
+        err.print("interrupted", highlight=False)
+        code = INTERRUPTED
     exit_process(code)
 
 

@@ -47,12 +47,45 @@ def _check_pipeline_specs(cfg: DaemonConfig, path: Path) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
+def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
+    """What the daemon would refuse at start, refused by `config check` too: a signed shard API
+    without its key in the environment, a volume to create without a location."""
+    import os
+
+    from volume_stream.catalog import connect  # not at import: start-up time
+
+    problems = []
+    api = cfg.shard_api
+    if api.enabled and api.require_signature and not (
+            os.environ.get("VOLUME_STREAM_SHARD_API_ACCESS_KEY_ID")
+            and os.environ.get("VOLUME_STREAM_SHARD_API_SECRET")):
+        problems.append(f"{path}: key 'shard_api.require_signature': needs the key in "
+                        f"VOLUME_STREAM_SHARD_API_ACCESS_KEY_ID and VOLUME_STREAM_SHARD_API_SECRET"
+                        f" (never in the file)")
+    try:
+        existing = {v["name"]: v for v in connect(
+            cfg.warehouse, storage_options=cfg.storage_options, create=False).list_volumes()}
+    except VolumeStreamError:  # no warehouse yet: every volume is to be created
+        existing = {}
+    for name, vol in cfg.volumes.items():
+        if not vol.enabled:
+            continue
+        stored = existing.get(name)
+        if stored is None and vol.location is None:
+            problems.append(f"{path}: key 'volumes.{name}.location': volume {name!r} is not in "
+                            f"the warehouse {cfg.warehouse} and no location is given to create "
+                            f"it")
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
 def _load(path: Path):
     try:
         from volume_stream.config.daemon import DaemonConfig  # not at import: other commands
 
         cfg = DaemonConfig.load(path)
         _check_pipeline_specs(cfg, path)
+        _check_what_the_daemon_refuses(cfg, path)
         return cfg
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

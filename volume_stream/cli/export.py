@@ -36,7 +36,9 @@ def register(app: typer.Typer) -> None:
         start_ms: Annotated[int | None, typer.Option(help="Range start (ms, included).")] = None,
         end_ms: Annotated[int | None, typer.Option(help="Range end (ms, excluded).")] = None,
         date: Annotated[str | None, typer.Option(help="A UTC day, yyyyMMdd.")] = None,
-        out: Annotated[Path | None, typer.Option(help="Output folder or Delta table.")] = None,
+        out: Annotated[str | None, typer.Option(
+            help="Output folder, or Delta table (a folder or s3://...) with --format delta.")
+                       ] = None,
         format: Annotated[str, typer.Option(help="parquet, csv or delta.")] = "parquet",
         status_table: Annotated[str | None, typer.Option(
             help="Record progress per shard here; a re-run resumes.")] = None,
@@ -62,7 +64,7 @@ def register(app: typer.Typer) -> None:
         else:
             if not name or out is None:
                 raise InvalidInputError("give the volume and --out (or --job job.json)")
-            options = {"out": str(out), "start_ms": start_ms, "end_ms": end_ms, "date": date,
+            options = {"out": out, "start_ms": start_ms, "end_ms": end_ms, "date": date,
                        "format": format, "status_table": status_table,
                        "export_sequence_info": export_sequence_info, "max_retries": max_retries,
                        "engine": engine, "safety_lag_ms": safety_lag_ms}

@@ -218,6 +218,14 @@ def job_session(master: str | None = None) -> Any:
     return get_spark(master)
 
 
+def job_warehouse(spec: PipelineSpec, warehouse: str | os.PathLike | None = None
+                  ) -> str | os.PathLike:
+    """The warehouse a job runs in: `warehouse`, else the spec's, else the environment's."""
+    if warehouse:
+        return warehouse
+    return _resolve(spec.base_dir, spec.warehouse) if spec.warehouse else Settings().warehouse
+
+
 def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
             spark: Any = None) -> JobResult:
     """Prepare (create, refresh, drain), then run one batch or until the stream is empty.
@@ -228,8 +236,7 @@ def run_job(spec: PipelineSpec, *, warehouse: str | os.PathLike | None = None,
         0
     """
     settings = Settings()
-    where = warehouse or (_resolve(spec.base_dir, spec.warehouse) if spec.warehouse
-                          else settings.warehouse)
+    where = job_warehouse(spec, warehouse)
     catalog = _retrying("opening the warehouse", lambda: connect(
         where, storage_options=settings.storage_options, spark=spark))
     if spec.create.volume is not None:

@@ -19,12 +19,40 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from volume_stream.cli._common import err, out
-from volume_stream.cli.jobs import load_spec, run_job
+from volume_stream.catalog import connect
+from volume_stream.cli._common import Interrupted, err, out, was_interrupted
+from volume_stream.cli.jobs import PipelineSpec, job_warehouse, load_spec, run_job
+from volume_stream.config.settings import Settings
 from volume_stream.errors import VolumeStreamError
 from volume_stream.sql.result import counted
 
 __all__ = ["register"]
+
+
+def _offset(job: PipelineSpec, warehouse: str | None) -> int | None:
+    """The job's stream offset now (None: no warehouse or stream yet, or it cannot be read)."""
+    try:
+        cat = connect(job_warehouse(job, warehouse), create=False,
+                      storage_options=Settings().storage_options)
+        return cat.describe_stream(job.stream)["offset"]
+    except (VolumeStreamError, OSError):
+        return None
+
+
+def _interrupted_note(job: PipelineSpec, warehouse: str | None, before: int | None) -> str:
+    """What a Ctrl-C left of the stream's offset, in the one line the CLI prints."""
+    if before is None:
+        return "interrupted"
+    try:
+        after = _offset(job, warehouse)
+    except KeyboardInterrupt:
+        return "interrupted"
+    if after == before:
+        return f"interrupted; offset of stream {job.stream} unchanged"
+    if after is None:
+        return "interrupted"
+    return (f"interrupted; stream {job.stream} offset moved {before} -> {after} by the batches "
+            f"that finished; the interrupted batch was not committed")
 
 
 def register(app: typer.Typer) -> None:
@@ -69,9 +97,15 @@ def register(app: typer.Typer) -> None:
             flags = {"refresh": refresh, "drain": drain, "until_empty": until_empty,
                      "fail_on_file_errors": fail_on_file_errors}
             job = job.model_copy(update={k: v for k, v in flags.items() if v is not None})
-            # no session yet: the catalog starts one (VOLUME_STREAM_SPARK_MASTER, else
-            # local[*]) only if the batch has files to process
-            result = run_job(job, warehouse=warehouse)
+            before = _offset(job, warehouse)
+            try:
+                # no session yet: the catalog starts one (VOLUME_STREAM_SPARK_MASTER, else
+                # local[*]) only if the batch has files to process
+                result = run_job(job, warehouse=warehouse)
+            except (KeyboardInterrupt, Exception) as exc:
+                if was_interrupted(exc):
+                    raise Interrupted(_interrupted_note(job, warehouse, before)) from None
+                raise
         except VolumeStreamError as exc:
             err.print(f"[red]error:[/red] {escape(exc.message('cli'))}", soft_wrap=True,
                       highlight=False)

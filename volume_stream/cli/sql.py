@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,16 +24,38 @@ import typer
 from rich.markup import escape
 
 from volume_stream._spark import remote_url
-from volume_stream.catalog import connect
-from volume_stream.cli._common import err, out, print_rows
-from volume_stream.config.settings import Settings
+from volume_stream.cli._common import (
+    Interrupted,
+    Warehouse,
+    err,
+    out,
+    print_rows,
+    was_interrupted,
+)
+from volume_stream.cli._common import catalog as open_catalog
 from volume_stream.errors import InvalidInputError, VolumeStreamError
-from volume_stream.sql import register_udf_lazily, run_script
-from volume_stream.sql.lexer import is_complete
+from volume_stream.sql import register_udf_lazily, run_statement, statements
+from volume_stream.sql.lexer import QUOTED, WORD, Statement, is_complete
 from volume_stream.sql.result import counted
 
 __all__ = ["load_udf", "register", "repl", "run_text"]
 
+SQL_HELP = """\
+volume-stream SQL: end each statement with ';' (exit or quit leaves the prompt).
+
+  CREATE [OR REPLACE] EXTERNAL VOLUME v LOCATION 's3://bucket/prefix/' [NOTIFICATION = (...)]
+  CREATE STORAGE CONNECTION c TYPE OSS ENDPOINT = '...' ...;  SHOW CONNECTIONS
+  ALTER VOLUME v REFRESH;  SHOW VOLUMES;  SHOW VOLUME DIRECTORY v;  DESCRIBE VOLUME v
+  CREATE STREAM s ON VOLUME v [WITH PROPERTIES ('TABLE_STREAM_MODE' = 'APPEND_ONLY')]
+  SHOW STREAMS;  DESCRIBE STREAM s;  DROP STREAM s
+  CREATE TABLE t (col type, ...) | AS SELECT ...;  SHOW TABLES;  DESCRIBE TABLE t
+  CREATE TABLE STREAM ts ON TABLE t
+  SELECT ... FROM s                 a stream's pending changes (its offset does not move)
+  INSERT INTO t SELECT ... FROM s   reads the stream and moves its offset when it commits
+  UPDATE t SET ... WHERE ...;  DELETE FROM t WHERE ...;  MERGE INTO t USING ... ON ...
+
+Any other Spark SQL runs in Spark (started on first need).\
+"""
 PROMPT, MORE = "volume-stream> ", "            -> "
 _ADDED_FOLDERS: set[str] = set()  # put on sys.path by load_udf: their modules go by value
 
@@ -93,8 +116,51 @@ def run_text(catalog, text: str, *, as_json: bool = False, limit: int = 1000) ->
         >>> run_text(cat, "SHOW VOLUMES; SHOW STREAMS", as_json=True)
     """
 
-    for result in run_script(catalog, text):
-        _print(result, as_json, limit)
+    for statement in statements(text):  # the whole script is split (checked) first
+        if [t.upper for t in statement.tokens] == ["HELP"]:
+            out.print(SQL_HELP, markup=False, highlight=False)
+            continue
+        with _offsets_on_interrupt(catalog, statement):
+            _print(run_statement(catalog, statement), as_json, limit)
+
+
+_MOVES_OFFSETS = {"INSERT", "CREATE", "MERGE", "UPDATE", "DELETE"}
+
+
+@contextmanager
+def _offsets_on_interrupt(catalog, statement: Statement) -> Iterator[None]:
+    """Turn Ctrl-C into `Interrupted`, saying what became of the offsets of the streams a
+    writing statement reads ("interrupted; offset of stream s unchanged")."""
+    before: dict[str, int] = {}
+    if statement.keyword in _MOVES_OFFSETS:
+        streams = {s["name"].lower(): s for s in catalog.list_streams()}
+        for token in statement.tokens:
+            if token.kind in (WORD, QUOTED) and token.value.lower() in streams:
+                stream = streams[token.value.lower()]
+                before[stream["name"]] = stream["offset"]
+    try:
+        yield
+    except (KeyboardInterrupt, Exception) as exc:
+        if was_interrupted(exc):
+            raise Interrupted(_interrupted_note(catalog, before)) from None
+        raise
+
+
+def _interrupted_note(catalog, before: dict[str, int]) -> str:
+    if not before:
+        return "interrupted"
+    try:
+        after = {s["name"]: s["offset"] for s in catalog.list_streams()}
+    except (VolumeStreamError, KeyboardInterrupt):
+        return "interrupted"
+    same = sorted(n for n, offset in before.items() if after.get(n) == offset)
+    notes = []
+    if same:
+        notes.append(f"offset of stream {same[0]} unchanged" if len(same) == 1 else
+                     f"offsets of streams {', '.join(same)} unchanged")
+    notes += [f"stream {n} offset moved to {after.get(n)} (the statement had committed)"
+              for n in sorted(set(before) - set(same))]
+    return "; ".join(["interrupted", *notes])
 
 
 def _report(exc: VolumeStreamError) -> None:
@@ -158,12 +224,14 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[int, typer.Option(help="Print at most this many rows per query.")
                          ] = 1000,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
-        warehouse: Annotated[Path | None, typer.Option(
-            "--warehouse", "-w",
-            help="Warehouse folder [default: ./warehouse or $VOLUME_STREAM_WAREHOUSE]")] = None,
+        warehouse: Warehouse = None,
         remote: Annotated[str | None, typer.Option(
             "--remote", help="Use a running Spark Connect server, e.g. a daemon's warm Spark: "
                              "sc://HOST:PORT [default: $VOLUME_STREAM_SPARK_REMOTE]",
+            show_default=False)] = None,
+        connect_timeout: Annotated[float | None, typer.Option(
+            "--connect-timeout", help="Seconds to wait for the --remote server [default: 10, "
+                                      "or $VOLUME_STREAM_CONNECT_TIMEOUT]",
             show_default=False)] = None,
         verbose: Annotated[bool, typer.Option(
             "--verbose", "-v", help="Let Spark's own log lines through.")] = False,
@@ -178,9 +246,13 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("give a FILE or -e TEXT, not both")
         if verbose:
             os.environ["VOLUME_STREAM_VERBOSE"] = "1"
+        if connect_timeout is not None:
+            if connect_timeout <= 0:
+                raise typer.BadParameter("--connect-timeout must be more than 0 seconds")
+            os.environ["VOLUME_STREAM_CONNECT_TIMEOUT"] = str(connect_timeout)
         try:
-            catalog = connect(warehouse or Settings().warehouse, remote=remote_url(remote),
-                              create=True)  # DDL may create things
+            # DDL may create things
+            catalog = open_catalog(warehouse, create=True, remote=remote_url(remote))
             for spec in udf or []:
                 name, fn, return_type = load_udf(
                     spec, [file.parent] if file is not None and str(file) != "-" else [])

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from connectors.secrets import hide
+from volume_stream.errors import ConfigError
 
 __all__ = ["Settings", "warehouse_location"]
 
@@ -27,6 +28,28 @@ def warehouse_location(value: Any) -> Any:
     if isinstance(value, str | os.PathLike):
         return Path(value)
     return value
+
+
+_EXAMPLES = {"storage_options": '{"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "..."}'}
+
+
+def _explain(exc: Exception) -> str:
+    """One line naming the environment variable and what it must hold."""
+    if isinstance(exc, ValidationError):
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            key = f" key {error['loc'][1]!r}" if len(error["loc"]) > 1 else ""
+            example = f" (e.g. {_EXAMPLES[field]})" if field in _EXAMPLES else ""
+            message = error["msg"][:1].lower() + error["msg"][1:]
+            problems.append(f"VOLUME_STREAM_{field.upper()}{key}: {message}{example}")
+        return "invalid environment: " + "; ".join(problems)
+    text = str(exc)
+    for field, example in _EXAMPLES.items():
+        if f'"{field}"' in text:
+            return (f"invalid environment: VOLUME_STREAM_{field.upper()} is not valid JSON; "
+                    f"write a JSON object of strings, e.g. {example}")
+    return f"invalid environment: {text}"
 
 
 class Settings(BaseSettings):
@@ -45,6 +68,13 @@ class Settings(BaseSettings):
         return hide({str(k): str(v) if not isinstance(v, SecretStr) else v
                      for k, v in value.items()})
 
+    def __init__(self, **values: Any):
+        """Read the environment; a malformed value is a ConfigError naming the variable."""
+        try:
+            super().__init__(**values)
+        except (ValidationError, SettingsError) as exc:
+            raise ConfigError(_explain(exc)) from exc
+
     @field_validator("warehouse", mode="before")
     @classmethod
     def _uri_or_path(cls, value: Any) -> Any:
@@ -52,5 +82,7 @@ class Settings(BaseSettings):
     spark_master: str | None = None
     #: `sc://host:port` of a Spark Connect server (a daemon's warm Spark) for SQL
     spark_remote: str | None = None
+    #: seconds to wait for the Spark Connect server before giving up (sql --connect-timeout)
+    connect_timeout: float = 10
     #: let Spark's own log lines through (the CLI's --verbose sets it)
     verbose: bool = False

@@ -55,6 +55,7 @@ from volume_stream.errors import (
     WarehouseError,
     converted,
 )
+from volume_stream.shards.destination import checked_out as _checked_out
 from volume_stream.shards.log import ChangeLog, Target, list_change_logs
 from volume_stream.shards.model import Shard
 from volume_stream.shards.reader import CommitTimes, Window, shard_window
@@ -271,12 +272,15 @@ class _Exporter:
             except (OSError, DeltaError, pa.ArrowException, SourceError, WarehouseError) as exc:
                 transient = is_transient(exc)
                 if not transient or attempt == self.max_retries:
+                    # a retry helps only what may pass: a storage error (denied, missing,
+                    # corrupt) comes back on every run, so no "run it again" for it
+                    hint = ("; run it again to resume (with a status table) or raise "
+                            "max_retries" if transient else "")
                     tried = f" after {attempt} retries" if transient else ""
                     raise WarehouseError(
                         f"export of {self.what}, range [{self.a}, {self.b}) ms: "
                         f"could not {what}{tried} ({'transient' if transient else 'storage'} "
-                        f"error: {exc}); run it again to resume (with a status table) or "
-                        f"raise max_retries") from exc
+                        f"error: {exc}){hint}") from exc
                 with self._lock:
                     self.result.retries += 1
                 time.sleep(min(0.05 * 2 ** attempt, 5.0))
@@ -451,12 +455,13 @@ def export_changes(catalog: Any, volume: str, *, out: str | os.PathLike,
     if mbps is not None and mbps <= 0:
         raise InvalidInputError(f"mbps must be > 0, not {mbps!r}")
     check_ended(f"volume or table {volume!r}", b, safety_lag_ms)
+    out = _checked_out(catalog, out, fmt)
     status_path = None
     if status_table:
         check_name("status table", status_table)
         status_path = catalog.warehouse.location.join("export_status", status_table)
     result = ExportResult(a, b)
-    exporter = _Exporter(catalog, volume, a, b, os.fspath(out), fmt, status_path,
+    exporter = _Exporter(catalog, volume, a, b, out, fmt, status_path,
                          export_sequence_info, max_retries, mbps, result)
     retry = exporter._retry
     with converted(exporter.what):

@@ -29,7 +29,7 @@ from typing import Any
 
 from volume_stream._spark import is_connect
 from volume_stream.errors import InvalidInputError, SqlSyntaxError, VolumeStreamError
-from volume_stream.sql import ddl, ddl_exec, tables
+from volume_stream.sql import ddl, ddl_exec, syntax, tables
 from volume_stream.sql.lexer import OP, Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import PENDING as _PENDING
@@ -74,6 +74,7 @@ def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
                 exc.args = (exc.message("sql"),)  # SQL advice for SQL ("CREATE OR REPLACE")
             raise
     _check_nesting(statement)
+    _check_syntax(catalog, statement)
     if getattr(catalog, "spark_started", True):
         _flush_pending(catalog)
         udfs = set(_UDFS.get(catalog.spark, {}))
@@ -95,6 +96,15 @@ def _check_nesting(statement: Statement) -> None:
                                      snippet=statement.snippet(token.pos))
         elif token.kind == OP and token.text == ")":
             depth -= 1
+
+
+def _check_syntax(catalog: Catalog, statement: Statement) -> None:
+    """Refuse what is plainly not SQL, and (before Spark runs, when sqlglot's verdict is final)
+    what sqlglot cannot parse, in our words: no Spark is started to say it."""
+    syntax.check(statement)
+    if getattr(catalog, "spark_started", True):
+        return  # Spark's own parser judges what sqlglot cannot read
+    syntax.check_parses(statement)
 
 
 def _flush_pending(catalog: Catalog) -> None:
