@@ -213,6 +213,25 @@ def test_bad_config_exits_2_with_the_key_named(tmp_path):
     assert f"{cfg}: key 'volumes.vol.max_wait_s'" in proc.stderr
 
 
+def test_a_taken_metrics_port_is_one_line_naming_the_port_and_the_setting(tmp_path):
+    import socket
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with socket.socket() as taken:  # what a first daemon on this configuration holds
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = write_config(tmp_path / "d.toml", tmp_path / "wh", data)
+        cfg.write_text(cfg.read_text().replace("port = 0", f"port = {port}"))
+        proc = subprocess.run([CLI, "daemon", "--config", str(cfg)], capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: it is already in use" in proc.stderr
+    assert "[metrics] port" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Address already in use" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_daemon_runs_a_pipeline_spec_with_the_run_command(tmp_path):
     """A `[pipelines.NAME] spec = ...` entry really runs `volume-stream run SPEC` (Spark in a

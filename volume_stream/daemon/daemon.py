@@ -22,12 +22,14 @@ the table already holds change nothing.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from connectors.errors import is_transient
@@ -159,10 +161,18 @@ class Daemon:
         self._retrying("preparing volumes and streams", self.prepare)
         cfg = self.config
         if cfg.metrics.enabled:
-            self.server = MetricsServer(self.metrics, health=self.health, ready=self.readiness,
-                                        host=cfg.metrics.host, port=cfg.metrics.port).start()
+            with _binding(f"{cfg.metrics.host}:{cfg.metrics.port}", "[metrics] port"):
+                self.server = MetricsServer(self.metrics, health=self.health,
+                                            ready=self.readiness, host=cfg.metrics.host,
+                                            port=cfg.metrics.port).start()
         if cfg.shard_api.enabled:
-            self.shard_api = _shard_api(self.catalog, cfg).start()
+            try:
+                with _binding(cfg.shard_api.listen, "[shard_api] listen"):
+                    self.shard_api = _shard_api(self.catalog, cfg).start()
+            except ConfigError:
+                if self.server is not None:
+                    self.server.stop()
+                raise
             log.info("shard API on %s", self.shard_api.url)
         for name, vcfg in cfg.volumes.items():
             if vcfg.enabled:
@@ -328,6 +338,23 @@ class Daemon:
                 continue
             pending = -1 if info["stale"] else info["pending_changes"]
             m.stream_pending.labels(stream["name"], stream["volume"]).set(pending)
+
+
+@contextmanager
+def _binding(address: str, setting: str) -> Iterator[None]:
+    """A port already taken (another daemon on this configuration?) or not ours to bind is a
+    ConfigError naming the address and the setting, not an OSError traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        why = {errno.EADDRINUSE: "is already in use (is another daemon running with this "
+                                 "configuration?)",
+               errno.EACCES: "may not be bound by this user",
+               errno.EADDRNOTAVAIL: "is not an address of this machine"}[exc.errno]
+        raise ConfigError(f"cannot listen on {address}: it {why}; stop the other process or "
+                          f"change {setting}") from exc
 
 
 def _shard_api(catalog: Catalog, cfg: DaemonConfig) -> Any:
