@@ -158,3 +158,17 @@ def test_lost_races_end_in_a_commit_conflict_naming_the_table(s3_env, s3_bucket,
     with pytest.raises(CommitConflictError, match=f"s3://{s3_bucket}/wh/tables/t"):
         cat.tables._commit("t", write)
     assert sorted(cat.tables.snapshot("t")["i"].to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("given", ["environment", "storage_options"])
+def test_an_http_endpoint_works_without_aws_allow_http(s3_env, s3_bucket, monkeypatch, given):
+    """delta-rs refuses http:// unless AWS_ALLOW_HTTP is set; an http:// endpoint says it."""
+    monkeypatch.delenv("AWS_ALLOW_HTTP")
+    options = None
+    if given == "storage_options":
+        monkeypatch.delenv("AWS_ENDPOINT_URL")
+        options = {"AWS_ENDPOINT_URL": s3_env}
+    cat = vs.connect(f"s3://{s3_bucket}/wh", storage_options=options)
+    cat.tables.create("t", [Column("id", "INT")])
+    cat.tables.insert("t", pa.table({"id": pa.array([1, 2], pa.int32())}))
+    assert sorted(r["id"] for r in cat.tables.snapshot("t").to_pylist()) == [1, 2]

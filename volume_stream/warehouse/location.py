@@ -65,6 +65,22 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+_ENDPOINT_KEYS = ("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+_ALLOW_HTTP_KEYS = ("aws_allow_http", "allow_http")
+
+
+def _allow_http(options: dict[str, Any]) -> dict[str, Any]:
+    """delta-rs refuses an `http://` endpoint unless told AWS_ALLOW_HTTP (its error, full of
+    colour codes, named neither): an endpoint given as http:// says so already."""
+    lower = {str(k).lower(): v for k, v in options.items()}
+    endpoint = next((str(lower[k]) for k in _ENDPOINT_KEYS if k in lower), None) \
+        or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    told = any(k in lower for k in _ALLOW_HTTP_KEYS) or "AWS_ALLOW_HTTP" in os.environ
+    if endpoint and endpoint.lower().startswith("http://") and not told:
+        return {**options, "AWS_ALLOW_HTTP": "true"}
+    return options
+
+
 @dataclass(frozen=True)
 class Location:
     """A warehouse's root: `uri` is an absolute local path or `scheme://bucket/prefix` (no
@@ -106,6 +122,8 @@ class Location:
             raise ConfigError(f"warehouse {text}: no bucket (expected {scheme}://bucket/prefix)")
         prefix = parsed.path.strip("/")
         kind = _SCHEMES[scheme]
+        if kind == "s3" and not isinstance(options, RoleOptions):
+            options = _allow_http(options)
         uri = f"{'s3' if kind == 's3' else scheme}://{parsed.netloc}"
         return cls(f"{uri}/{prefix}" if prefix else uri, kind, options)
 
