@@ -88,3 +88,23 @@ def test_version(tmp_path):
 
     proc = cli("--version", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.strip() == f"volume-stream {version('volume-stream')}"
+
+
+def test_a_failed_command_leaves_no_warehouse_behind(tmp_path):
+    """A command that fails before writing anything removes the warehouse it just created;
+    one that succeeded, or a warehouse that already existed, stays."""
+    data = tmp_path / "data"
+    data.mkdir()
+    one_error(cli("volume", "create", "v", str(tmp_path / "missing"), cwd=tmp_path))
+    one_error(cli("volume", "create", "bad-name", str(data), cwd=tmp_path))
+    one_error(cli("sql", "-e", "CREATE TABLE `../x` (id INT)", cwd=tmp_path))
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'warehouse = "{tmp_path / "warehouse"}"\n[metrics]\nport = 0\n'
+                   f'[volumes.v]\nlocation = "{data}"\n[pipelines.p]\nstream = "nope"\n'
+                   f'udf = "x.py:f"\ntarget = "t"\n')
+    daemon = cli("daemon", "--config", str(bad), cwd=tmp_path)
+    assert daemon.returncode != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml", "data"]
+    assert cli("volume", "create", "v", str(data), cwd=tmp_path).returncode == 0
+    one_error(cli("volume", "create", "v", str(data), cwd=tmp_path))  # exists: kept
+    assert (tmp_path / "warehouse" / "volume-stream.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -86,8 +87,41 @@ def catalog(warehouse: str | Path | None, *, create: bool = False,
     saying there is no warehouse there, and nothing is created.
     """
     settings = Settings()
-    return connect(warehouse or settings.warehouse, storage_options=settings.storage_options,
-                   create=create, remote=remote)
+    where = warehouse or settings.warehouse
+    if create:
+        note_new_warehouse(where)
+    return connect(where, storage_options=settings.storage_options, create=create,
+                   remote=remote)
+
+
+#: local warehouse folders this command is about to create (removed again if it fails)
+_NEW_WAREHOUSES: list[Path] = []
+_FRESH = {MARKER, "_catalog"}
+
+
+def note_new_warehouse(where: str | Path) -> None:
+    """Remember `where` if it is a local folder with no warehouse yet: a command that then
+    fails before writing anything leaves nothing behind (`discard_new_warehouses`)."""
+    location = Location.parse(where)
+    if location.is_local and not location.exists(MARKER):
+        path = Path(location.uri)
+        if not path.exists() or not any(path.iterdir()):
+            _NEW_WAREHOUSES.append(path)
+
+
+def discard_new_warehouses() -> None:
+    """Remove the warehouses this failed command created, if they are still as created: the
+    marker and a catalog table at its first version (no volume, stream or table was made)."""
+    for path in _NEW_WAREHOUSES:
+        log_dir = path / "_catalog" / "_delta_log"
+        try:
+            names = {p.name for p in path.iterdir()}
+            commits = [p for p in log_dir.iterdir() if p.suffix == ".json"]
+        except OSError:
+            continue
+        if names <= _FRESH and len(commits) <= 1:
+            shutil.rmtree(path, ignore_errors=True)
+    _NEW_WAREHOUSES.clear()
 
 
 def has_warehouse(warehouse: str | Path | None) -> bool:

@@ -29,6 +29,7 @@ from volume_stream.cli._common import (
     AsJson,
     Interrupted,
     Warehouse,
+    discard_new_warehouses,
     err,
     has_warehouse,
     out,
@@ -256,6 +257,8 @@ def main() -> None:
     except KeyboardInterrupt:  # Ctrl-C outside a command: one line, the shell's code for it
         err.print("interrupted", highlight=False)
         code = INTERRUPTED
+    if code not in (0, None):
+        discard_new_warehouses()  # a failed command leaves no empty warehouse behind
     exit_process(code)
 
 

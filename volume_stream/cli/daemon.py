@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from volume_stream.cli._common import note_new_warehouse
 from volume_stream.errors import ConfigError, VolumeStreamError
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ def daemon(
     log = logging.getLogger("volume_stream.daemon")
     from volume_stream.daemon.daemon import Daemon  # not at import: other commands start faster
 
+    note_new_warehouse(cfg.warehouse)  # removed again if the daemon refuses to start
     try:
         code = Daemon(cfg).run()
     except ConfigError as exc:
