@@ -107,3 +107,18 @@ def test_drop_if_exists_without_a_warehouse_is_a_no_op(tmp_path):
         result = CliRunner().invoke(app, [kind, "drop", "x", "--if-exists", *wh])
         assert result.exit_code == 0 and f"no {kind} x" in result.output, result.output
     assert not (tmp_path / "wh").exists()
+
+
+def test_watch_until_idle_counts_what_its_catch_up_committed(tmp_path):
+    """The catch-up refresh's changes and version are in the summary (it said applied: 0,
+    versions: [] although the refresh had committed every file)."""
+    (tmp_path / "data").mkdir()
+    for i in range(30):
+        (tmp_path / "data" / f"f{i}.txt").write_text("x")
+    assert cli("volume", "create", "landing", "data", cwd=tmp_path).returncode == 0
+    proc = cli("watch", "landing", "--until-idle", "--timeout", "60", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["refreshes"] == 1 and summary["refreshed"] == 30, summary
+    assert summary["versions"] == [1], summary
+    assert "30 files changed" in proc.stderr

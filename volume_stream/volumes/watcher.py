@@ -37,13 +37,24 @@ class WatchMetrics:
     filtered: int = 0
     versions: list[int] = field(default_factory=list)
     refreshes: int = 0
+    #: files the refreshes (the catch-up, or one after lost events) inserted, updated, deleted
+    refreshed: int = 0
     seconds: float = 0.0
+
+    def count_refresh(self, result: object) -> None:
+        """Add what one refresh committed (its version too) to the totals."""
+        self.refreshes += 1
+        self.refreshed += sum(int(getattr(result, k, 0) or 0)
+                              for k in ("inserted", "updated", "deleted"))
+        version = getattr(result, "version", None)
+        if version is not None:
+            self.versions.append(version)
 
     def as_dict(self) -> dict:
         return {"received": self.received, "applied": self.applied, "ignored": self.ignored,
                 "malformed": self.malformed, "filtered": self.filtered,
                 "versions": list(self.versions), "refreshes": self.refreshes,
-                "seconds": round(self.seconds, 3)}
+                "refreshed": self.refreshed, "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -154,8 +165,7 @@ class VolumeWatcher:
         m = self.metrics
         if received.needs_refresh:
             log.warning("listener lost events; running a full refresh")
-            self.refresh()
-            m.refreshes += 1
+            m.count_refresh(self.refresh())
         events = self.accepted(received.events)
         m.filtered += len(received.events) - len(events)
         result = None
@@ -174,9 +184,8 @@ class VolumeWatcher:
         """Commit what changed while nothing listened: a full refresh, as the daemon runs at
         start. The listener is already on, so a change made during the listing is also
         received afterwards (and changes nothing if the listing had it)."""
-        self.refresh()
-        self.metrics.refreshes += 1
-        log.info("caught up; listening for events")
+        self.metrics.count_refresh(self.refresh())
+        log.info("caught up (%d files changed); listening for events", self.metrics.refreshed)
 
     def run(self, *, until_idle: bool = False, timeout: float | None = None,
             poll: float = 0.5, on_step: Callable[[StepResult], None] | None = None,
