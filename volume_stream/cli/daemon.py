@@ -135,7 +135,9 @@ def config_check(
                if cfg.metrics.enabled else "disabled")
     print(f"  metrics    {metrics}")
     for name, vol in cfg.volumes.items():
-        note = (vol.notification or {}).get("type", "backend default")
+        note = (vol.notification or {}).get("type") or (
+            "LOCAL (inotify)" if "://" not in str(vol.location or "file://")
+            or str(vol.location).startswith("file://") else "none")
         state = "" if vol.enabled else " (disabled)"
         refresh = f"every {vol.refresh_interval_s:g}s" if vol.refresh_interval_s else "never"
         print(f"  volume     {name}{state}: {vol.location or '(existing)'}, notification {note}, "

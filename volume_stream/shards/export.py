@@ -123,7 +123,8 @@ def resolve_range(start_ms: int | None, end_ms: int | None, date: str | None) ->
         a = int(day.timestamp() * 1000)
         return a, a + 24 * 3600 * 1000
     if start_ms is None or end_ms is None:
-        raise InvalidInputError("give start_ms and end_ms (or date)")
+        raise InvalidInputError("give the range's start and end in ms (start_ms and end_ms; "
+                                "--start-ms and --end-ms on the command line) or a date")
     a, b = int(start_ms), int(end_ms)
     if a >= b:
         raise InvalidInputError(f"start_ms {a} must be before end_ms {b}")

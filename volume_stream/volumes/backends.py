@@ -115,13 +115,13 @@ def check_options(spec: VolumeSpec) -> None:
     if not unknown:
         return
     hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, sorted(known), n=2)
+    for name in unknown:  # `recursive` is an argument of its own, so also a candidate
+        close = difflib.get_close_matches(name, sorted(known | {"recursive"}), n=2)
         hints.append(f"{name!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)"
                                     if close else ""))
     raise InvalidInputError(f"volume {spec.name!r}: unknown option(s) {', '.join(hints)}; "
                             f"known options for {spec.scheme}:// volumes: "
-                            f"{', '.join(sorted(known))}")
+                            f"{', '.join(sorted(known))} (and the argument recursive)")
 
 
 def register_backend(scheme: str, backend: Backend) -> None:
