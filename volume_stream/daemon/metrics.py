@@ -202,8 +202,8 @@ class MetricsServer:
                 check_listen(self.host, self.token)
             except ConfigError as exc:
                 log.warning("status page off: %s", exc)
-                source = None
-                routes.append(Route("/", lambda _: JSONResponse({"error": str(exc)}, 403)))
+                source, why = None, {"error": f"status page off: {exc}"}
+                routes.append(Route("/", lambda _: JSONResponse(why, 403)))
         return status_app(source, token=self.token, routes=routes,
                           open_paths={"/metrics", "/healthz", "/readyz"})
 

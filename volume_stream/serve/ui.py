@@ -48,7 +48,7 @@ __all__ = ["HttpServer", "check_listen", "status_app", "status_routes", "TokenGa
 log = logging.getLogger("volume_stream.ui")
 _HERE = Path(__file__).parent
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(_HERE / "templates"),
-                          autoescape=True, undefined=jinja2.StrictUndefined)
+                          autoescape=True)
 POLL = "every 2s"
 
 
