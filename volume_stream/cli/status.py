@@ -1,4 +1,4 @@
-"""`volume-stream status` and `volume-stream ui`: the warehouse at a glance (DESIGN §8.4).
+"""`volume-stream status` and `volume-stream ui`: the warehouse at a glance (DESIGN §8.3).
 
     volume-stream status [--watch] [--json]       one terminal screen (rich), or JSON
     volume-stream ui [--listen 127.0.0.1:8080] [--token T]   the status page, no daemon needed

@@ -1,4 +1,4 @@
-"""The facts of a warehouse at a glance, gathered in one place (DESIGN §8.4).
+"""The facts of a warehouse at a glance, gathered in one place (DESIGN §8.3).
 
 `StatusSource(catalog).status()` is what the status page (`/`), its JSON twin
 (`/status.json`) and `volume-stream status [--json]` show: every volume (location, files,

@@ -1,4 +1,4 @@
-"""The read-only status page: Starlette + Jinja2 over `StatusSource` (DESIGN §8.4).
+"""The read-only status page: Starlette + Jinja2 over `StatusSource` (DESIGN §8.3).
 
 Every HTML page has a JSON twin, as in Datasette:
 
