@@ -193,3 +193,15 @@ def test_the_daemon_serves_the_page_beside_metrics(tmp_path, monkeypatch):
                  == 2)
         status, _, html = get(f"{base}/?token=s3cret")
         assert status == 200 and "listening" in html
+
+
+def test_a_public_metrics_port_without_a_token_serves_metrics_but_not_the_page(warehouse):
+    from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
+
+    cat, _ = warehouse
+    with MetricsServer(DaemonMetrics(), host="0.0.0.0", port=0,
+                       status=StatusSource(cat)) as server:
+        status, _, body = get(f"{server.url}/")
+        assert status == 403 and "VOLUME_STREAM_UI_TOKEN" in json.loads(body)["error"]
+        assert get(f"{server.url}/status.json")[0] == 404
+        assert get(f"{server.url}/metrics")[0] == 200
