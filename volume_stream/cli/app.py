@@ -24,6 +24,7 @@ from volume_stream.cli import export as export_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
+from volume_stream.cli import status as status_commands
 from volume_stream.cli._common import (
     INTERRUPTED,
     AsJson,
@@ -40,6 +41,7 @@ from volume_stream.cli._common import (
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.cli._progress import refresh_progress
 from volume_stream.errors import InvalidInputError, VolumeStreamError
+from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
 
@@ -96,8 +98,26 @@ def volume_create(
 
 @volume_app.command("list")
 def volume_list(warehouse: Warehouse = None, as_json: AsJson = False) -> None:
-    """List volumes with their latest version and file count."""
-    print_rows(_catalog(warehouse).list_volumes(), as_json, "volumes")
+    """List volumes with their latest version, file count and last commit time."""
+    cat = _catalog(warehouse)
+    rows = []
+    for v in cat.list_volumes():
+        last = cat.history(v["name"], 1)
+        rows.append({**v, "last_commit": last[0]["timestamp"] if last else None})
+    print_rows(rows, as_json, "volumes")
+
+
+@volume_app.command("describe")
+def volume_describe(name: str, warehouse: Warehouse = None, as_json: AsJson = False) -> None:
+    """Location, files, bytes, versions, options and latest commits of one volume."""
+    info = StatusSource(_catalog(warehouse)).volume(name, commits=5)
+    if as_json:
+        print_rows([info], True)
+        return
+    history = info.pop("history")
+    print_rows([{"property": k, "value": v} for k, v in info.items()], False, name)
+    print_rows([{k: h[k] for k in ("version", "timestamp", "operation")} for h in history],
+               False, f"{name}: latest commits")
 
 
 @volume_app.command("refresh")
@@ -166,9 +186,13 @@ def stream_create(
 
 @stream_app.command("list")
 def stream_list(warehouse: Warehouse = None, as_json: AsJson = False) -> None:
-    """List streams with their volume (or table), mode and offset."""
-    rows = [{k: s.get(k) for k in ("name", "volume", "table", "mode", "offset", "batch_id",
-                                   "show_initial_rows")} for s in _catalog(warehouse).list_streams()]
+    """List streams with their volume (or table), mode, offset, pending changes and whether
+    they are stale (their offset older than the oldest kept version)."""
+    rows = [{"name": s["name"], "volume": s["source"] if s["on"] == "volume" else None,
+             "table": s["source"] if s["on"] == "table" else None,
+             **{k: s.get(k) for k in ("mode", "offset", "batch_id", "latest_version",
+                                      "pending_changes", "stale")}}
+            for s in StatusSource(_catalog(warehouse)).streams()]
     print_rows(rows, as_json, "streams")
 
 
@@ -234,6 +258,7 @@ daemon_commands.register(app)
 sql_commands.register(app)
 shard_api_commands.register(app)
 export_commands.register(app)
+status_commands.register(app)
 
 
 def main() -> None:

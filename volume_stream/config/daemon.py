@@ -89,6 +89,9 @@ class MetricsConfig(_Section):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(9108, ge=0, le=65535, description="0 picks a free port")
+    #: serve the status page at `/` beside them (on a non-loopback host only with a token in
+    #: VOLUME_STREAM_UI_TOKEN; the metrics and probes never need one)
+    status_page: bool = True
 
 
 class DaemonTuning(_Section):

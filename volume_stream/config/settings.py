@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     #: credentials belong in the standard AWS_* environment or a role; any given here anyway
     #: are held as `connectors.secrets.Secret` (masked in repr, never pickled)
     storage_options: dict[str, Any] = {}
+    #: the status page's token (VOLUME_STREAM_UI_TOKEN): `ui --token` and the daemon's page
+    ui_token: SecretStr | None = None
 
     @field_validator("storage_options")
     @classmethod

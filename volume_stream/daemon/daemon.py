@@ -35,10 +35,12 @@ from typing import Any
 from connectors.errors import is_transient
 from volume_stream.catalog import Catalog, connect
 from volume_stream.config.daemon import DaemonConfig, VolumeConfig
+from volume_stream.config.settings import Settings
 from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
 from volume_stream.daemon.pipeline_runner import PipelineRunner, SharedSpark
 from volume_stream.daemon.volume_runner import VolumeRunner
 from volume_stream.errors import AlreadyExistsError, ConfigError, InvalidInputError
+from volume_stream.serve.status import StatusSource
 from volume_stream.volumes import normalize_location
 from volume_stream.volumes.watcher import VolumeWatcher
 
@@ -161,10 +163,14 @@ class Daemon:
         self._retrying("preparing volumes and streams", self.prepare)
         cfg = self.config
         if cfg.metrics.enabled:
+            status = (StatusSource(self.catalog, live=self.live_status)
+                      if cfg.metrics.status_page else None)
+            token = Settings().ui_token
             with _binding(f"{cfg.metrics.host}:{cfg.metrics.port}", "[metrics] port"):
-                self.server = MetricsServer(self.metrics, health=self.health,
-                                            ready=self.readiness, host=cfg.metrics.host,
-                                            port=cfg.metrics.port).start()
+                self.server = MetricsServer(
+                    self.metrics, health=self.health, ready=self.readiness,
+                    host=cfg.metrics.host, port=cfg.metrics.port, status=status,
+                    token=token.get_secret_value() if token else None).start()
         if cfg.shard_api.enabled:
             try:
                 with _binding(cfg.shard_api.listen, "[shard_api] listen"):
@@ -306,6 +312,16 @@ class Daemon:
         ok = not self.stopping and all(s["ready"] for s in volumes.values())
         return ok, {"volumes": volumes,
                     "pipelines": {n: p.status() for n, p in self.pipelines.items()}}
+
+    def live_status(self) -> dict[str, Any]:
+        """What the status page adds under a daemon: each volume's listener (state, backend,
+        last refresh) and each pipeline's runs."""
+        volumes = {}
+        for name, runner in self.runners.items():
+            notification = self.config.volumes[name].notification or {}
+            volumes[name] = {**runner.status(), "backend": notification.get("type", "LOCAL")}
+        return {"volumes": volumes,
+                "pipelines": {n: p.status() for n, p in self.pipelines.items()}}
 
     # ------------------------------------------------------------------ stats
     def _stats_loop(self) -> None:

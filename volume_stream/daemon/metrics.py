@@ -6,6 +6,7 @@ process, or a test, never share counters). `MetricsServer` serves, on one port:
     GET /metrics   Prometheus text format
     GET /healthz   liveness: 200 while every loop is alive and beating, else 503
     GET /readyz    readiness: 200 once every volume is listening and caught up, else 503
+    GET /          the status page and its JSON twins (`volume_stream.serve.ui`), if given
 
 Probe bodies are JSON (`{"ok": true, "volumes": {...}}`) so a person can read them too. No
 label or value ever holds a credential: labels are volume, stream and pipeline names only.
@@ -21,9 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import (
@@ -34,6 +33,13 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from volume_stream.errors import ConfigError
+from volume_stream.serve.status import StatusSource
+from volume_stream.serve.ui import HttpServer, check_listen, status_app
 
 __all__ = ["DaemonMetrics", "MetricsServer", "Probe"]
 
@@ -144,7 +150,8 @@ def _ok(_: Any = None) -> tuple[bool, dict[str, Any]]:
 
 
 class MetricsServer:
-    """Serve `/metrics`, `/healthz` and `/readyz` on a background thread.
+    """Serve `/metrics`, `/healthz`, `/readyz` and, given a `StatusSource`, the status page
+    (`/`, `/status.json`, ...: `volume_stream.serve.ui`) on one port, from a background thread.
 
     Args:
         metrics: What `/metrics` renders.
@@ -152,6 +159,10 @@ class MetricsServer:
         ready: Readiness probe, likewise for `/readyz`.
         host: Interface to bind (`0.0.0.0` in a container).
         port: Port to bind; 0 picks a free one (see `.port` after `start`).
+        status: The status page's facts (None: no page).
+        token: With one, the status page answers 401 to a request without it; the metrics and
+            probes stay open (Prometheus and the kubelet carry no token). Without one on a
+            non-loopback `host` the page is off (403 saying why), the rest is served.
 
     Example:
         >>> server = MetricsServer(DaemonMetrics(), port=0)
@@ -161,53 +172,56 @@ class MetricsServer:
     """
 
     def __init__(self, metrics: DaemonMetrics, *, health: Probe = _ok, ready: Probe = _ok,
-                 host: str = "127.0.0.1", port: int = 9108) -> None:
+                 host: str = "127.0.0.1", port: int = 9108, status: StatusSource | None = None,
+                 token: str | None = None) -> None:
         self.metrics = metrics
         self.health = health
         self.ready = ready
         self.host = host
         self._port = port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self.status = status
+        self.token = token
+        self._http: HttpServer | None = None
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1] if self._server else self._port
+        return self._http.port if self._http else self._port
 
     @property
     def url(self) -> str:
         return f"http://{self.host if self.host not in ('0.0.0.0', '::') else '127.0.0.1'}:" \
                f"{self.port}"
 
+    def app(self) -> Any:
+        """The ASGI app: metrics and probes, and the status page if it may be served."""
+        routes = [Route("/metrics", self._metrics), Route("/healthz", self._probe),
+                  Route("/readyz", self._probe)]
+        source = self.status
+        if source is not None:
+            try:
+                check_listen(self.host, self.token)
+            except ConfigError as exc:
+                log.warning("status page off: %s", exc)
+                source, why = None, {"error": f"status page off: {exc}"}
+                routes.append(Route("/", lambda _: JSONResponse(why, 403)))
+        return status_app(source, token=self.token, routes=routes,
+                          open_paths={"/metrics", "/healthz", "/readyz"})
+
     def start(self) -> MetricsServer:
         """Bind and serve; raises OSError (e.g. the port is taken) before returning."""
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                owner._handle(self)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                log.debug("metrics endpoint: " + format, *args)
-
-        server = ThreadingHTTPServer((self.host, self._port), Handler)
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="volume-stream-metrics-http", daemon=True)
-        self._thread.start()
-        log.info("metrics, /healthz and /readyz on %s", self.url, extra={"port": self.port})
+        self._http = HttpServer(self.app(), self.host, self._port,
+                                name="volume-stream-metrics-http").start()
+        log.info("metrics, /healthz and /readyz%s on %s",
+                 ", status page /" if self.status is not None else "", self.url,
+                 extra={"port": self.port})
         return self
 
     def stop(self) -> None:
         """Stop serving and release the port; idempotent."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        http, self._http = self._http, None
+        if http is not None:
+            self._port = http.port
+            http.stop()
 
     def __enter__(self) -> MetricsServer:
         return self.start()
@@ -215,27 +229,16 @@ class MetricsServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _handle(self, request: BaseHTTPRequestHandler) -> None:
-        path = request.path.split("?", 1)[0]
+    def _metrics(self, request: Request) -> Response:
+        return Response(self.metrics.render(), 200, media_type=CONTENT_TYPE_LATEST)
+
+    def _probe(self, request: Request) -> Response:
+        path = request.url.path
         try:
-            if path == "/metrics":
-                self._send(request, 200, self.metrics.render(), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/readyz"):
-                ok, details = (self.health if path == "/healthz" else self.ready)()
-                body = json.dumps({"ok": ok, **details}, default=str).encode()
-                self._send(request, 200 if ok else 503, body, "application/json")
-            else:
-                self._send(request, 404, b'{"error": "not found; try /metrics, /healthz, '
-                                         b'/readyz"}', "application/json")
+            ok, details = (self.health if path == "/healthz" else self.ready)()
+            body = json.dumps({"ok": ok, **details}, default=str)
+            status = 200 if ok else 503
         except Exception as exc:  # a probe that fails is an unhealthy probe, not a crash
             log.exception("metrics endpoint %s failed", path)
-            body = json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode()
-            self._send(request, 503, body, "application/json")
-
-    @staticmethod
-    def _send(request: BaseHTTPRequestHandler, status: int, body: bytes, ctype: str) -> None:
-        request.send_response(status)
-        request.send_header("Content-Type", ctype)
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        request.wfile.write(body)
+            body, status = json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), 503
+        return Response(body, status, media_type="application/json")

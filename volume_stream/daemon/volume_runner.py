@@ -119,6 +119,7 @@ class VolumeRunner(LoopThread):
         self.failures = 0
         self.last_error: str | None = None
         self.last_version: int | None = None
+        self.last_refresh: str | None = None  # ISO time of the last refresh's end, and why
         self.commits = 0
         self.beat = clock()
         self._thread = threading.Thread(target=self._run, name=f"volume-stream-daemon-{name}",
@@ -141,6 +142,7 @@ class VolumeRunner(LoopThread):
         return {"alive": self.alive, "ready": self.ready, "listening": self._watcher is not None,
                 "failures": self.failures, "last_error": self.last_error,
                 "last_version": self.last_version, "commits": self.commits,
+                "last_refresh": self.last_refresh,
                 "seconds_since_beat": round(self._clock() - self.beat, 3)}
 
     # ------------------------------------------------------------------ loop
@@ -259,6 +261,7 @@ class VolumeRunner(LoopThread):
         if version is not None:
             self._committed(version)
         self._refresh_reason = None
+        self.last_refresh = f"{datetime.now(UTC).isoformat(timespec='seconds')} ({reason})"
         self._schedule_refresh()
         log.info("volume %s: %s refresh in %.2fs%s", self.name, reason, seconds,
                  f", committed version {version}" if version is not None else ", no change",

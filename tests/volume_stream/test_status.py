@@ -1,0 +1,207 @@
+"""The status facts (`StatusSource`), the page and its JSON twins over real HTTP, the token
+rule, `status`/`ui`/`volume describe`/`stream list` through the real CLI, and the page as a
+real daemon serves it beside /metrics. Real warehouses and files under tmp_path; no Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from typer.testing import CliRunner
+
+import volume_stream as vs
+from volume_stream.cli import app
+from volume_stream.config.daemon import DaemonConfig
+from volume_stream.daemon import Daemon
+from volume_stream.errors import ConfigError
+from volume_stream.serve.status import StatusSource
+from volume_stream.serve.ui import HttpServer, check_listen, status_app
+
+
+def wait_for(predicate, timeout=30.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def get(url, headers=None):
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    """A warehouse with volume `land` (a.txt written, rewritten and deleted; b.txt) and a stream
+    created before the last two commits."""
+    data = tmp_path / "data"
+    data.mkdir()
+    cat = vs.connect(tmp_path / "wh")
+    cat.create_volume("land", data)
+    (data / "a.txt").write_text("one")
+    cat.refresh("land")                                   # v1: insert a
+    cat.create_stream("s", on_volume="land")
+    (data / "a.txt").write_text("one, longer")
+    os.utime(data / "a.txt", (time.time() + 5, time.time() + 5))
+    (data / "b.txt").write_text("bee")
+    cat.refresh("land")                                   # v2: update a, insert b
+    (data / "a.txt").unlink()
+    cat.refresh("land")                                   # v3: delete a
+    return cat, data
+
+
+def test_facts_of_volumes_streams_change_logs_and_a_files_history(warehouse):
+    cat, _ = warehouse
+    cat.enable_change_log("land", shards=2)
+    source = StatusSource(cat)
+    facts = source.status()
+    assert json.loads(json.dumps(facts)) == facts  # plain JSON
+    (vol,) = facts["volumes"]
+    assert (vol["name"], vol["files"], vol["bytes"], vol["version"]) == ("land", 1, 3, 3)
+    assert vol["last_commit"] and vol["listener"] is None and not facts["daemon"]
+    (stream,) = facts["streams"]
+    assert (stream["offset"], stream["latest_version"], stream["stale"]) == (1, 3, False)
+    assert stream["pending_changes"] == cat.describe_stream("s")["pending_changes"] > 0
+    assert stream["staleness_s"] >= 0 and stream["waiting_since"]
+    (log,) = facts["change_logs"]
+    assert (log["volume"], log["open_shards"], log["enabled"]) == ("land", 2, True)
+    assert facts["summary"]["pending_changes"] == stream["pending_changes"]
+
+    history = source.file_history("land", "/a.txt")
+    assert [(c["_commit_version"], c["_change_type"]) for c in history["changes"]] == [
+        (1, "insert"), (2, "update_preimage"), (2, "update_postimage"), (3, "delete")]
+    assert history["versions"] == [1, 2, 3] and not history["exists"]
+    assert all(c["_commit_timestamp"] for c in history["changes"])
+    b = source.file_history("land", "b.txt")
+    assert b["exists"] and b["current"]["size"] == 3 and b["versions"] == [2]
+    with pytest.raises(vs.NotFoundError):
+        source.file_history("nope", "a.txt")
+
+
+def test_page_and_its_json_twins_over_http(warehouse):
+    cat, _ = warehouse
+    with HttpServer(status_app(StatusSource(cat))) as server:
+        base = server.url
+        status, ctype, html = get(f"{base}/")
+        assert status == 200 and ctype.startswith("text/html")
+        assert 'hx-trigger="every 2s"' in html and "/static/htmx.min.js" in html
+        assert "http://" not in html.replace(base, "") and "https://" not in html
+        status, ctype, body = get(f"{base}/status.json")
+        assert ctype == "application/json" and json.loads(body)["volumes"][0]["name"] == "land"
+        status, _, fragment = get(f"{base}/", {"HX-Request": "true"})
+        assert status == 200 and "<html" not in fragment and "count-files" in fragment
+        for page in ("/volumes/land", "/streams/s", "/files?volume=land&path=a.txt"):
+            status, _, html = get(base + page)
+            assert status == 200 and "<html" in html, page
+            path, _, query = page.partition("?")
+            status, _, body = get(f"{base}{path}.json{'?' + query if query else ''}")
+            assert status == 200 and json.loads(body), page
+        assert json.loads(get(f"{base}/streams/s.json")[2])["records"]
+        status, _, body = get(f"{base}/volumes/nope.json")
+        assert status == 404 and "nope" in json.loads(body)["error"]
+        assert get(f"{base}/volumes/nope")[0] == 404
+        assert get(f"{base}/files.json")[0] == 400
+        status, _, js = get(f"{base}/static/htmx.min.js")
+        assert status == 200 and "htmx" in js
+
+
+def test_a_token_guards_every_request_and_non_loopback_needs_one(warehouse):
+    cat, _ = warehouse
+    with pytest.raises(ConfigError, match="VOLUME_STREAM_UI_TOKEN"):
+        check_listen("0.0.0.0", None)
+    check_listen("0.0.0.0", "t0ken")
+    check_listen("127.0.0.1", None)
+    with HttpServer(status_app(StatusSource(cat), token="t0ken")) as server:
+        for page in ("/", "/status.json", "/static/htmx.min.js", "/volumes/land"):
+            assert get(server.url + page)[0] == 401, page
+        assert get(server.url + "/?token=wrong")[0] == 401
+        assert get(server.url + "/status.json", {"Authorization": "Bearer wrong"})[0] == 401
+        assert get(server.url + "/status.json", {"Authorization": "Bearer t0ken"})[0] == 200
+        status, _, html = get(server.url + "/?token=t0ken")
+        assert status == 200 and "htmx.min.js?token=t0ken" in html  # links keep it
+
+
+def test_status_describe_and_lists_through_the_cli(warehouse):
+    cat, _ = warehouse
+    wh = ["--warehouse", str(cat.warehouse.root)]
+    runner = CliRunner()
+    result = runner.invoke(app, ["status", "--json", *wh])
+    assert result.exit_code == 0, result.output
+    facts = json.loads(result.output)
+    assert set(facts) == set(StatusSource(cat).status())
+    assert facts["volumes"][0]["files"] == 1
+    result = runner.invoke(app, ["status", *wh])
+    assert result.exit_code == 0 and "land" in result.output and "pending" in result.output
+    (row,) = [json.loads(x) for x in runner.invoke(app, ["stream", "list", "--json", *wh]
+                                                   ).output.splitlines()]
+    assert row["pending_changes"] > 0 and row["stale"] is False and row["volume"] == "land"
+    (vol,) = [json.loads(x) for x in runner.invoke(app, ["volume", "list", "--json", *wh]
+                                                   ).output.splitlines()]
+    assert vol["last_commit"]
+    result = runner.invoke(app, ["volume", "describe", "land", "--json", *wh])
+    described = json.loads(result.output)
+    assert described["bytes"] == 3 and described["history"][0]["version"] == 3
+    assert described["streams"] == ["s"]
+
+
+def test_ui_refuses_a_public_address_without_a_token_in_one_line(warehouse, tmp_path):
+    cat, _ = warehouse
+    env = {k: v for k, v in os.environ.items() if k != "VOLUME_STREAM_UI_TOKEN"}
+    proc = subprocess.run([sys.executable, "-m", "volume_stream.cli", "ui", "--listen",
+                           "0.0.0.0:0", "--warehouse", str(cat.warehouse.root)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: the status page would serve 0.0.0.0")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_daemon_serves_the_page_beside_metrics(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("x")
+    monkeypatch.setenv("VOLUME_STREAM_UI_TOKEN", "s3cret")
+    cfg = DaemonConfig.from_mapping({
+        "warehouse": str(tmp_path / "wh"), "metrics": {"port": 0},
+        "daemon": {"stats_interval_s": 0.2},
+        "volumes": {"land": {"location": str(data), "max_wait_s": 0.1,
+                             "notification": {"type": "LOCAL", "debounce_s": 0.05},
+                             "streams": {"s": {}}}}})
+    with Daemon(cfg) as daemon:
+        wait_for(lambda: daemon.readiness()[0])
+        base, auth = daemon.server.url, {"Authorization": "Bearer s3cret"}
+        assert get(f"{base}/status.json")[0] == 401
+        assert get(f"{base}/metrics")[0] == 200 and get(f"{base}/readyz")[0] == 200
+        facts = json.loads(get(f"{base}/status.json", auth)[2])
+        (vol,) = facts["volumes"]
+        assert facts["daemon"] and vol["listener"]["state"] == "listening"
+        assert vol["listener"]["backend"] == "LOCAL" and "(start)" in vol["listener"]["last_refresh"]
+        (data / "y.txt").write_text("y")
+        wait_for(lambda: json.loads(get(f"{base}/status.json", auth)[2])["volumes"][0]["files"]
+                 == 2)
+        status, _, html = get(f"{base}/?token=s3cret")
+        assert status == 200 and "listening" in html
+
+
+def test_a_public_metrics_port_without_a_token_serves_metrics_but_not_the_page(warehouse):
+    from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
+
+    cat, _ = warehouse
+    with MetricsServer(DaemonMetrics(), host="0.0.0.0", port=0,
+                       status=StatusSource(cat)) as server:
+        status, _, body = get(f"{server.url}/")
+        assert status == 403 and "VOLUME_STREAM_UI_TOKEN" in json.loads(body)["error"]
+        assert get(f"{server.url}/status.json")[0] == 404
+        assert get(f"{server.url}/metrics")[0] == 200
