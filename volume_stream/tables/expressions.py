@@ -3,7 +3,7 @@ whose predicates and update expressions are DataFusion SQL: identifiers are quot
 leading underscores survive), literals and operators are rendered in the Postgres-like dialect
 DataFusion reads. Nothing is built by string pasting of user text.
 
-Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESIGN §8.3):
+Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESIGN §8.2):
 
 - **Three-valued logic.** A row is touched only where the predicate is TRUE: the translation is
   `(p) IS TRUE`. Without it delta-rs folds a constant NULL predicate (`name = NULL`,
