@@ -221,7 +221,11 @@ class InventoryLister(Lister):
         names = list(self.manifest.schema)
         with open(path, "rb") as raw:
             gz = raw.read(2) == b"\x1f\x8b"
-        stream = pa.input_stream(path, compression="gzip" if gz else None)
+        compression = "gzip" if gz else None
+        with pa.input_stream(path, compression=compression) as probe:
+            if not probe.read(1):  # a data file of no rows
+                return
+        stream = pa.input_stream(path, compression=compression)
         reader = pcsv.open_csv(
             stream, read_options=pcsv.ReadOptions(column_names=names, block_size=8 << 20),
             convert_options=pcsv.ConvertOptions(
