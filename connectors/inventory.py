@@ -212,7 +212,7 @@ class InventoryLister(Lister):
 
                 f = orc.ORCFile(path)
                 for stripe in range(f.nstripes):
-                    yield from f.read_stripe(stripe, columns=_present(f.schema.names)).to_batches()
+                    yield f.read_stripe(stripe, columns=_present(f.schema.names))
         except (pa.ArrowException, OSError, EOFError, gzip.BadGzipFile) as exc:
             raise InventoryError(f"{self._url(key)} is not a readable {fmt} inventory file: "
                                  f"{exc}") from exc
