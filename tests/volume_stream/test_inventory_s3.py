@@ -11,14 +11,23 @@ prefix only; events newer than the report win over it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 import volume_stream as vs
 from tests.aws_fixtures import AwsRig, aws_env, moto_server, rig  # noqa: F401
-from tests.inventory_fixtures import from_s3_listing, from_s3_versions, s3_put, write_report
+from tests.inventory_fixtures import (
+    from_s3_listing,
+    from_s3_versions,
+    md5,
+    s3_put,
+    write_report,
+)
 from tests.volume_stream.test_s3_volume import add_volume, set_notifications, watch
 
 PUBLIC = ["relative_path", "size", "etag", "last_modified_time"]
@@ -260,3 +269,27 @@ def test_bad_reports_and_urls(cat, rig, dest):
         cat.refresh("vol", inventory=f"oss://{dest}/x/manifest.json")
     with pytest.raises(vs.SourceError, match=r"does not exist"):
         cat.refresh("vol", inventory=f"s3://{dest}/no/such/manifest.json")
+
+
+def test_cli_refresh_from_a_report(tmp_path, rig, dest):
+    warehouse = tmp_path / "wh"
+    cat = vs.connect(warehouse)
+    put_keys(rig)
+    add_volume(cat, rig)
+    uri = report(rig, dest, created=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    script = str(Path(sys.executable).parent / "volume-stream")
+    ok = subprocess.run([script, "volume", "refresh", "vol", "--inventory", uri, "--warehouse",
+                         str(warehouse)], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("refreshed vol from the inventory of 2026-01-02 03:04:05 UTC: "
+                                "listed 7, +7 ~0 -0 (version 1,")
+    key = uri.split("/", 3)[3]
+    rig.s3.put_object(Bucket=dest, Key=key.replace(".json", ".checksum"), Body=b"f" * 32)
+    bad = subprocess.run([script, "volume", "refresh", "vol", "--inventory", uri, "--warehouse",
+                          str(warehouse)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    actual = md5(rig.s3.get_object(Bucket=dest, Key=key)["Body"].read())
+    checksum = f"s3://{dest}/{key.replace('.json', '.checksum')}"
+    assert bad.stderr.strip().splitlines() == [
+        f"error: volume 'vol': {uri} does not match {checksum} (MD5 {actual}, expected "
+        f"{'f' * 32}): refusing the inventory"]
