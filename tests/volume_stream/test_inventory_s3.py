@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import volume_stream as vs
-from tests.aws_fixtures import AwsRig, aws_env, moto_server, rig  # noqa: F401
+from tests.aws_fixtures import AwsRig, aws_env, make_rig, moto_server, rig  # noqa: F401
 from tests.inventory_fixtures import (
     from_s3_listing,
     from_s3_versions,
@@ -28,7 +28,9 @@ from tests.inventory_fixtures import (
     s3_put,
     write_report,
 )
+from tests.volume_stream.test_daemon import config, metric, wait_for
 from tests.volume_stream.test_s3_volume import add_volume, set_notifications, watch
+from volume_stream.daemon import Daemon
 
 PUBLIC = ["relative_path", "size", "etag", "last_modified_time"]
 #: awkward keys: URL-encoded in CSV reports (space as '+', a literal '+' as %2B)
@@ -293,3 +295,31 @@ def test_cli_refresh_from_a_report(tmp_path, rig, dest):
     assert bad.stderr.strip().splitlines() == [
         f"error: volume 'vol': {uri} does not match {checksum} (MD5 {actual}, expected "
         f"{'f' * 32}): refusing the inventory"]
+
+
+def test_the_daemon_backfills_from_the_newest_report_at_start(tmp_path, rig, dest):
+    cat = vs.connect(tmp_path / "wh")
+    put_keys(rig)
+    add_volume(cat, rig)
+    report(rig, dest, fmt="Parquet")
+    other = make_rig(rig.endpoint)  # a volume of its own queue, whose report is incomplete
+    bad = write_report(s3_put(rig.s3, dest), source=other.bucket, destination=dest,
+                       created=datetime.now(UTC), objects=[], prefix="broken")
+    rig.s3.delete_object(Bucket=dest, Key=bad.replace(".json", ".checksum"))
+    add_volume(cat, other, "other")
+    cfg = config(tmp_path, volumes={
+        "vol": {"inventory": f"s3://{dest}/reports/", "refresh_interval_s": 0, "poll_s": 0.2},
+        "other": {"inventory": f"s3://{dest}/broken/", "refresh_interval_s": 0,
+                  "poll_s": 0.2}})
+    try:
+        with Daemon(cfg, catalog=cat) as daemon:
+            wait_for(lambda: daemon.readiness()[0], timeout=60)  # the refused one too
+            assert len(table(cat, "vol")) == 7
+            rig.put("in/after-start.txt", b"events flow after the backfill")
+            other.put("in/o.txt", b"and after a refused one")
+            wait_for(lambda: len(table(cat, "vol")) == 8 and len(table(cat, "other")) == 1,
+                     timeout=60)
+    finally:
+        other.sqs.delete_queue(QueueUrl=other.queue_url)
+    assert metric(daemon, "volume_stream_refreshes_total", volume="vol", reason="start") == 1
+    assert metric(daemon, "volume_stream_errors_total", volume="other", stage="refresh") == 1

@@ -333,7 +333,7 @@ class VolumeRegistry:
         with converted(f"volume {volume!r}"):
             listener = backend_for(spec).listener(spec, notification)
         return VolumeWatcher(self.table(spec), listener, spec.accepts(),
-                             lambda: self.refresh(volume))
+                             lambda **kw: self.refresh(volume, **kw))
 
     def watch(self, volume: str, *, until_idle: bool = False, timeout: float | None = None,
               refresh: bool = True) -> WatchMetrics:
