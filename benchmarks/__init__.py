@@ -18,6 +18,7 @@ summary goes to `.bench/results.json`.
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
                  a 1k-file pipeline on local-cluster[2,1,1024] vs local[2]
+    inventory    backfill of 50k keys from a Parquet S3 Inventory report vs listing (moto)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -31,6 +32,7 @@ from benchmarks import (
     bench_sqs,
     cli,
     discovery,
+    inventory,
     scale,
     shards,
     stream_read,
@@ -40,6 +42,7 @@ from benchmarks import (
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
-                                       backfill, bench_sqs, bench_pipeline, tables, cli, warehouse)}
+                                       backfill, bench_sqs, bench_pipeline, tables, cli, warehouse,
+                                       inventory)}
 
 __all__ = ["BENCHMARKS"]

@@ -29,6 +29,7 @@ __all__ = [
     "ConnectorError",
     "CredentialsError",
     "InvalidPathError",
+    "InventoryError",
     "ListenerClosedError",
     "MalformedMessageError",
     "ObjectChangedError",
@@ -65,6 +66,11 @@ class ObjectNotFoundError(ConnectorError, FileNotFoundError):
 
 class ObjectChangedError(ConnectorError):
     """The object was replaced while a read resumed (its ETag no longer matches)."""
+
+
+class InventoryError(ConnectorError):
+    """An inventory report (S3 Inventory, OSS inventory) is malformed, incomplete, or does not
+    match its checksums; the message names the object."""
 
 
 class InvalidPathError(ConnectorError, ValueError):

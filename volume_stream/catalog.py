@@ -197,17 +197,24 @@ class Catalog:
         return self.volumes.describe(name)
 
     def refresh(self, volume: str, progress: Callable[[str, int, int], None] | None = None,
-                ) -> RefreshMetrics:
+                *, inventory: str | None = None) -> RefreshMetrics:
         """List the volume, diff against the directory table, commit the difference.
 
         `progress(stage, listed, changed)` is called as the refresh goes ("listing" per page,
         "diffing" per group of buckets, then "committing").
 
+        `inventory`: read an S3 Inventory / OSS inventory report instead of listing the
+        bucket (DESIGN §4.4): the URL of its manifest.json, or of the inventory's destination
+        prefix (the newest report of the volume's bucket there). Paths whose last event is
+        newer than the report keep what the events made of them. A report failing its
+        checksums is refused (`InventoryError`) and nothing is committed.
+
         Example:
             >>> cat.refresh("landing").inserted
             42
+            >>> cat.refresh("big", inventory="s3://inv-bucket/reports/big/daily/")  # doctest: +SKIP
         """
-        return self.volumes.refresh(volume, progress)
+        return self.volumes.refresh(volume, progress, inventory=inventory)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         """A `VolumeWatcher` for the volume's listener (the caller runs and closes it)."""

@@ -10,7 +10,9 @@
     │   └── SqlSyntaxError       names line, column and what was expected (also InvalidInputError)
     ├── ConfigError              bad or missing configuration, credentials
     ├── SourceError              a queue, object-store or folder read failed (a connector's
-    │                            ConnectorError other than CredentialsError, which is ConfigError)
+    │   │                        ConnectorError other than CredentialsError, which is ConfigError)
+    │   └── InventoryError       an inventory report is malformed, incomplete or fails its
+    │                            checksums (connectors.errors.InventoryError); names the object
     ├── ExpiredIteratorError     a shard iterator is expired, forged or not of this change log
     ├── TrimmedDataError         a shard position is older than the change log's retention
     ├── CommitConflictError      another writer committed to the same directory table version
@@ -30,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from connectors.errors import ConnectorError, CredentialsError
+from connectors.errors import InventoryError as _ReportError
 from directory_table.table import CommitConflict, TableMissing
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "ConsumeConflictError",
     "ExpiredIteratorError",
     "InvalidInputError",
+    "InventoryError",
     "NotFoundError",
     "SourceError",
     "SqlError",
@@ -131,6 +135,12 @@ class SourceError(VolumeStreamError):
     """A queue or object-store call failed (network, missing bucket or queue, refused call)."""
 
 
+class InventoryError(SourceError):
+    """An inventory report cannot be used: a checksum or size does not match, a data file is
+    missing or unreadable, the manifest is malformed or of another bucket. Nothing was
+    committed."""
+
+
 class CommitConflictError(VolumeStreamError):
     """Another writer committed the directory table version this commit was planned on."""
 
@@ -179,6 +189,8 @@ def converted(what: str) -> Iterator[None]:
         yield
     except CredentialsError as exc:
         raise ConfigError(f"{what}: {exc}") from exc
+    except _ReportError as exc:
+        raise InventoryError(f"{what}: {exc}") from exc
     except ConnectorError as exc:
         raise SourceError(f"{what}: {exc}") from exc
     except TableMissing as exc:

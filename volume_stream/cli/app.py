@@ -121,7 +121,13 @@ def volume_describe(name: str, warehouse: Warehouse = None, as_json: AsJson = Fa
 
 
 @volume_app.command("refresh")
-def volume_refresh(name: str, warehouse: Warehouse = None) -> None:
+def volume_refresh(
+        name: str,
+        inventory: Annotated[str | None, typer.Option(
+            help="Read an S3 Inventory / OSS inventory report instead of listing: the URL of "
+                 "its manifest.json, or of the destination prefix (its newest report).",
+            metavar="URI")] = None,
+        warehouse: Warehouse = None) -> None:
     """List the volume and commit what changed since the directory table's latest version.
 
     On a terminal a live line counts the files listed and changed; otherwise (a pipe, a file)
@@ -129,12 +135,14 @@ def volume_refresh(name: str, warehouse: Warehouse = None) -> None:
     cat = _catalog(warehouse)
     if out.is_terminal:
         with refresh_progress(out) as progress:
-            m = cat.refresh(name, progress)
+            m = cat.refresh(name, progress, inventory=inventory)
     else:
-        m = cat.refresh(name)
+        m = cat.refresh(name, inventory=inventory)
     version = "no new version" if m.version is None else f"version {m.version}"
-    out.print(f"refreshed {name}: listed {m.listed}, +{m.inserted} ~{m.updated} -{m.deleted} "
-              f"({version}, {m.seconds:.2f}s)")
+    source = "" if m.inventory_created is None else \
+        f" from the inventory of {m.inventory_created:%Y-%m-%d %H:%M:%S} UTC"
+    out.print(f"refreshed {name}{source}: listed {m.listed}, +{m.inserted} ~{m.updated} "
+              f"-{m.deleted} ({version}, {m.seconds:.2f}s)")
 
 
 @volume_app.command("optimize")

@@ -169,6 +169,9 @@ class VolumeConfig(_Section):
         "earlier, as soon as a receive finds the queue quiet"))
     poll_s: float = Field(1.0, gt=0, description="receive timeout while idle")
     refresh_on_start: bool = True
+    inventory: str | None = Field(None, description=(
+        "s3:// or oss:// URL of an inventory report's manifest.json or destination prefix: "
+        "the start refresh reads the newest report instead of listing (DESIGN §4.4)"))
     refresh_interval_s: float | None = Field(3600.0, ge=0, description="0 or null: never")
     optimize_interval_s: float | None = Field(
         3600.0, ge=0, description="compact the directory table this often; 0 or null: never")

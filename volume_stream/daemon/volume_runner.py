@@ -40,6 +40,7 @@ from connectors.events import FileEvent
 from volume_stream.config.daemon import DaemonTuning, VolumeConfig
 from volume_stream.daemon.loop import LoopThread
 from volume_stream.daemon.metrics import DaemonMetrics
+from volume_stream.errors import InventoryError
 from volume_stream.volumes.watcher import VolumeWatcher
 from volume_stream.warehouse.dead_letters import DeadLetters
 
@@ -253,7 +254,12 @@ class VolumeRunner(LoopThread):
         self._stage = "refresh"
         reason = self._refresh_reason or "schedule"
         started = time.perf_counter()
-        result = self._watcher.refresh()
+        report = self.config.inventory if reason == "start" else None  # DESIGN §4.4
+        try:
+            result = self._watcher.refresh(inventory=report) if report else self._watcher.refresh()
+        except InventoryError as exc:  # a bad report: logged, counted, skipped; events flow on
+            self.metrics.errors.labels(self.name, "refresh").inc()
+            result = log.error("volume %s: start backfill refused: %s", self.name, exc)
         seconds = time.perf_counter() - started
         self.metrics.refreshes.labels(self.name, reason).inc()
         self.metrics.refresh_seconds.labels(self.name).observe(seconds)

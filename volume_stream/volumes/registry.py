@@ -29,6 +29,7 @@ from volume_stream.errors import (
 )
 from volume_stream.volumes import refresh as listing_diff
 from volume_stream.volumes.backends import backend_for, check_options, normalize_location
+from volume_stream.volumes.inventory import inventory_lister, newer_tombstones, snapshot_diff
 from volume_stream.volumes.notifications import notification_from_dict
 from volume_stream.volumes.refresh import (
     Listing,
@@ -58,6 +59,8 @@ class RefreshMetrics:
     version: int | None
     invalid_paths: int
     seconds: float
+    #: a refresh from an inventory report: the report's creationTimestamp
+    inventory_created: datetime | None = None
 
 
 @dataclass
@@ -220,12 +223,13 @@ class VolumeRegistry:
         return info
 
     # ------------------------------------------------------------------ refresh and watch
-    def refresh(self, volume: str, progress: Progress | None = None) -> RefreshMetrics:
+    def refresh(self, volume: str, progress: Progress | None = None, *,
+                inventory: str | None = None) -> RefreshMetrics:
         spec = self.spec(volume)
         with converted(f"volume {volume!r}"):
             kept = self._refresh_table(spec)
             with kept.lock:  # one refresh of a volume at a time in this process
-                return self._refresh(spec, kept, progress)
+                return self._refresh(spec, kept, progress, inventory)
 
     def _refresh_table(self, spec: VolumeSpec) -> _Kept:
         """The volume's directory table kept open for its refreshes (a poller refreshes over
@@ -254,10 +258,13 @@ class VolumeRegistry:
                     total -= other.stored.num_rows
                     other.forget()
 
-    def _refresh(self, spec: VolumeSpec, kept: _Kept,
-                 progress: Progress | None = None) -> RefreshMetrics:
+    def _refresh(self, spec: VolumeSpec, kept: _Kept, progress: Progress | None = None,
+                 inventory: str | None = None) -> RefreshMetrics:
+        """Refresh by a listing, or with `inventory` by an inventory report (`inventory.py`):
+        the same diff, dated at the report's creation, leaving paths with newer events."""
         table = kept.table
         started = datetime.now(UTC)
+        report = inventory_lister(self.with_options(spec), inventory) if inventory else None
         # The version is pinned before listing: whatever the table learns while we list is
         # newer than the listing, and apply leaves it alone (ordered by version, not clock).
         dt = table.delta()
@@ -265,7 +272,8 @@ class VolumeRegistry:
         buckets = layout.buckets if layout.bucketed else 1
         stored_rows = int(pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"])
                           .as_py() or 0)
-        lister = backend_for(spec).lister(self.with_options(spec))
+        lister = report or backend_for(spec).lister(self.with_options(spec))
+        listed_at = report.manifest.created if report else started
         globs = spec.options.get("include") or spec.options.get("exclude")
         accept = spec.accepts() if globs else None
         columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
@@ -292,8 +300,10 @@ class VolumeRegistry:
                 threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
                 diff = (partial(diff_listing_spark, self._spark())
                         if listing.rows > threshold else None)
+                if report is not None:  # paths with events newer than the report keep them
+                    diff = snapshot_diff(listed_at, newer_tombstones(table, listed_at), diff)
                 events, invalid = diff_refresh(
-                    listing, read_stored, stored_rows, started,
+                    listing, read_stored, stored_rows, listed_at,
                     store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
                     progress=progress, diff=diff, stored=stored)
                 listed = listing.rows
@@ -308,11 +318,13 @@ class VolumeRegistry:
         result = table.apply(events, listed_at_version=base) if events else None
         seconds = (datetime.now(UTC) - started).total_seconds()
         counts = (result.inserted, result.updated, result.deleted) if result else (0, 0, 0)
-        log.info("refresh %s: listed %d, +%d ~%d -%d in %.2fs", spec.name, listed, *counts,
-                 seconds)
+        log.info("refresh %s%s: listed %d, +%d ~%d -%d in %.2fs", spec.name,
+                 f" from the inventory of {listed_at.isoformat()}" if report else "", listed,
+                 *counts, seconds)
         return RefreshMetrics(listed=listed, inserted=counts[0], updated=counts[1],
                               deleted=counts[2], version=result.version if result else None,
-                              invalid_paths=invalid, seconds=seconds)
+                              invalid_paths=invalid, seconds=seconds,
+                              inventory_created=listed_at if report else None)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         spec = self.with_options(self.spec(volume))
@@ -321,7 +333,7 @@ class VolumeRegistry:
         with converted(f"volume {volume!r}"):
             listener = backend_for(spec).listener(spec, notification)
         return VolumeWatcher(self.table(spec), listener, spec.accepts(),
-                             lambda: self.refresh(volume))
+                             lambda **kw: self.refresh(volume, **kw))
 
     def watch(self, volume: str, *, until_idle: bool = False, timeout: float | None = None,
               refresh: bool = True) -> WatchMetrics:

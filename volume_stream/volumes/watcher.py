@@ -98,7 +98,7 @@ class VolumeWatcher:
     """
 
     def __init__(self, table: DirectoryTable, listener: Listener,
-                 accept: Callable[[str], bool], refresh: Callable[[], object], *,
+                 accept: Callable[[str], bool], refresh: Callable[..., object], *,
                  extend_every_s: float = 20.0, visibility_s: int = 120):
         self.table = table
         self.listener = listener

@@ -1,0 +1,341 @@
+"""S3 Inventory and OSS inventory reports as a volume's listing (issue 26 item 4).
+
+A bucket of a billion objects cannot be listed; both stores deliver its listing once a day (or
+week) as a report in a destination bucket:
+
+    <destination-prefix>/<source-bucket>/<config-id>/YYYY-MM-DDTHH-MMZ/manifest.json
+    <destination-prefix>/<source-bucket>/<config-id>/YYYY-MM-DDTHH-MMZ/manifest.checksum
+    <destination-prefix>/<source-bucket>/<config-id>/data/<uuid>.csv.gz | .parquet | .orc
+
+`manifest.json` names the source bucket, `creationTimestamp` (epoch milliseconds on S3,
+seconds on OSS), `fileFormat` (CSV, Parquet, ORC; OSS: CSV), `fileSchema` (the CSV columns:
+"Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag, ...") and
+`files` ([{key, size, MD5checksum}]); `manifest.checksum` holds the MD5 of manifest.json.
+
+`InventoryLister` is a `Lister`: it reads the report one data file at a time (each downloaded
+to a temporary file while its MD5 is computed, checked against the manifest, then decoded in
+record batches), keeps the latest versions of objects that are not delete markers, under the
+volume's prefix (`BucketScope`), and yields them in `LISTING_SCHEMA` exactly as a listing
+would. CSV keys are URL-encoded (`+` a space); Parquet and ORC keys are not. A report that does
+not check out (a checksum, a size, a missing file, a bucket that is not the volume's) raises
+`InventoryError` naming the object, before the caller commits anything.
+
+    >>> parse_created("1514944800000"), parse_created("1642994594")
+    (datetime.datetime(2018, 1, 3, 2, 0, tzinfo=datetime.timezone.utc), datetime.datetime(2022, 1, 24, 3, 23, 14, tzinfo=datetime.timezone.utc))
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any
+from urllib.parse import unquote_plus
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from connectors._objects import normalize_etag
+from connectors.errors import ConnectorError, InventoryError
+from connectors.events import InvalidPathError
+from connectors.protocols import LISTING_SCHEMA, Lister
+from connectors.scope import BucketScope
+
+__all__ = ["InventoryError", "InventoryLister", "Manifest", "newest_manifest", "parse_created",
+           "parse_manifest"]
+
+log = logging.getLogger("connectors.inventory")
+
+#: an inventory's columns (CSV fileSchema names, lower-cased) -> Parquet/ORC column names
+_COLUMNS = {"bucket": "bucket", "key": "key", "versionid": "version_id",
+            "islatest": "is_latest", "isdeletemarker": "is_delete_marker", "size": "size",
+            "lastmodifieddate": "last_modified_date", "etag": "e_tag"}
+_NEEDED = ("bucket", "key", "size", "last_modified_date", "e_tag")
+#: the timestamp folder of a report: YYYY-MM-DDTHH-MMZ
+_STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z$")
+#: relative paths `validate_relative_path` would refuse (checked per row only when matched)
+_SUSPECT = r"(^/|//|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f\\])"
+_BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A report's manifest.json, checked against manifest.checksum."""
+
+    url: str
+    source_bucket: str
+    created: datetime
+    file_format: str
+    schema: tuple[str, ...]
+    #: (key in the destination bucket, size, MD5 hex lower-case)
+    files: tuple[tuple[str, int, str], ...]
+
+
+def parse_created(value: Any) -> datetime:
+    """`creationTimestamp`: epoch milliseconds (S3) or seconds (OSS), as a string or number."""
+    number = int(str(value).strip())
+    seconds = number / 1000 if number > 100_000_000_000 else number  # ms after 1973 are > 1e11
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def parse_manifest(data: bytes, checksum: bytes | None, url: str) -> Manifest:
+    """Parse manifest.json (`data`) after checking it against `checksum` (manifest.checksum:
+    its MD5 in hex; None when the report has none, which is refused)."""
+    if checksum is None:
+        raise InventoryError(f"{_sibling(url, 'manifest.checksum')} does not exist: the report "
+                             f"is incomplete (still being delivered?)")
+    expected = checksum.decode("ascii", "replace").strip().split()[0].lower() \
+        if checksum.strip() else ""
+    actual = hashlib.md5(data).hexdigest()
+    if expected != actual:
+        raise InventoryError(f"{url} does not match {_sibling(url, 'manifest.checksum')} (MD5 "
+                             f"{actual}, expected {expected or 'nothing'}): refusing the "
+                             f"inventory")
+    try:
+        doc = json.loads(data)
+        fmt = str(doc["fileFormat"]).strip().upper()
+        files = tuple((str(f["key"]), int(f["size"]), str(f["MD5checksum"]).strip().lower())
+                      for f in doc["files"])
+        created = parse_created(doc["creationTimestamp"])
+        source = str(doc["sourceBucket"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InventoryError(f"{url} is not an inventory manifest: {type(exc).__name__}: "
+                             f"{exc}") from exc
+    if fmt not in ("CSV", "PARQUET", "ORC"):
+        raise InventoryError(f"{url}: unsupported fileFormat {doc['fileFormat']!r} (CSV, "
+                             f"Parquet or ORC)")
+    schema = tuple(_COLUMNS.get(n.strip().lower(), n.strip().lower())
+                   for n in str(doc.get("fileSchema", "")).split(",")) if fmt == "CSV" else ()
+    if fmt == "CSV" and not set(_NEEDED) <= set(schema):
+        missing = sorted(set(_NEEDED) - set(schema))
+        raise InventoryError(f"{url}: fileSchema lacks {missing}: the inventory must include "
+                             f"Size, LastModifiedDate and ETag")
+    return Manifest(url, source, created, fmt, schema, files)
+
+
+def newest_manifest(keys: list[str], source_bucket: str) -> str | None:
+    """The newest report's manifest.json among `keys` (of a destination prefix): the latest
+    `YYYY-MM-DDTHH-MMZ/manifest.json` of `source_bucket`."""
+    found = []
+    for key in keys:
+        parts = key.split("/")
+        if len(parts) >= 2 and parts[-1] == "manifest.json" and _STAMP.match(parts[-2]):
+            if len(parts) < 4 or parts[-4] == source_bucket:
+                found.append((parts[-2], key))
+    return max(found)[1] if found else None
+
+
+def _sibling(url: str, name: str) -> str:
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+class InventoryLister(Lister):
+    """The volume's files as an inventory report lists them (see the module docstring).
+
+    Args:
+        manifest: The checked manifest.
+        scope: The volume's bucket, prefix, recursion, suffix.
+        open_object: Open a key of the destination bucket for reading (raises
+            `ObjectNotFoundError` when it is missing).
+        url_of: The URL of a key of the destination bucket (for messages).
+        spill_dir: Where the data files are downloaded, one at a time.
+    """
+
+    def __init__(self, manifest: Manifest, scope: BucketScope,
+                 open_object: Callable[[str], IO[bytes]], url_of: Callable[[str], str], *,
+                 spill_dir: str | None = None) -> None:
+        if manifest.source_bucket != scope.bucket:
+            raise InventoryError(f"{manifest.url} is an inventory of bucket "
+                                 f"{manifest.source_bucket!r}, not of {scope.bucket!r}")
+        self.manifest, self.scope = manifest, scope
+        self._open, self._url = open_object, url_of
+        self.spill_dir = spill_dir
+        self.malformed = 0
+        #: rows read from the data files (all versions, all prefixes)
+        self.rows_read = 0
+
+    def list(self) -> Iterator[pa.RecordBatch]:
+        self.malformed = 0
+        for key, size, md5 in self.manifest.files:
+            with tempfile.TemporaryDirectory(prefix="volume-stream-inventory-",
+                                             dir=self.spill_dir) as folder:
+                path = self._download(key, size, md5, folder)
+                for batch in self._decode(path, key):
+                    rows = self._rows(batch)
+                    if rows.num_rows:
+                        yield rows
+
+    # ------------------------------------------------------------------ one data file
+    def _download(self, key: str, size: int, md5: str, folder: str) -> str:
+        url = self._url(key)
+        path = os.path.join(folder, "data")
+        digest, got = hashlib.md5(), 0
+        try:
+            with self._open(key) as body, open(path, "wb") as out:
+                while chunk := body.read(1 << 20):
+                    digest.update(chunk)
+                    got += len(chunk)
+                    out.write(chunk)
+        except ConnectorError as exc:
+            raise InventoryError(f"{url}, listed in {self.manifest.url}, could not be read: "
+                                 f"{exc}") from exc
+        if got != size:
+            raise InventoryError(f"{url} has {got} bytes, {self.manifest.url} says {size}: "
+                                 f"truncated or replaced; refusing the inventory")
+        if digest.hexdigest() != md5:
+            raise InventoryError(f"{url} does not match its MD5checksum in {self.manifest.url} "
+                                 f"({digest.hexdigest()}, expected {md5}); refusing the "
+                                 f"inventory")
+        return path
+
+    def _decode(self, path: str, key: str) -> Iterator[pa.RecordBatch]:
+        fmt = self.manifest.file_format
+        try:
+            if fmt == "CSV":
+                yield from self._csv(path)
+            elif fmt == "PARQUET":
+                import pyarrow.parquet as pq
+
+                with pq.ParquetFile(path) as f:
+                    yield from f.iter_batches(batch_size=_BATCH_ROWS, columns=_present(
+                        f.schema_arrow.names))
+            else:
+                import pyarrow.orc as orc
+
+                f = orc.ORCFile(path)
+                for stripe in range(f.nstripes):
+                    yield f.read_stripe(stripe, columns=_present(f.schema.names))
+        except (pa.ArrowException, OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise InventoryError(f"{self._url(key)} is not a readable {fmt} inventory file: "
+                                 f"{exc}") from exc
+
+    def _csv(self, path: str) -> Iterator[pa.RecordBatch]:
+        names = list(self.manifest.schema)
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        compression = "gzip" if gz else None
+        with pa.input_stream(path, compression=compression) as probe:
+            if not probe.read(1):  # a data file of no rows
+                return
+        stream = pa.input_stream(path, compression=compression)
+        reader = pcsv.open_csv(
+            stream, read_options=pcsv.ReadOptions(column_names=names, block_size=8 << 20),
+            convert_options=pcsv.ConvertOptions(
+                column_types={n: pa.string() for n in names},
+                include_columns=[n for n in names if n in _COLUMNS.values()],
+                strings_can_be_null=False))
+        try:
+            yield from reader
+        finally:
+            stream.close()
+
+    def _rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's current objects under the volume's prefix, in `LISTING_SCHEMA`."""
+        self.rows_read += batch.num_rows
+        table = pa.Table.from_batches([batch])
+        csv = self.manifest.file_format == "CSV"
+        keep = pc.equal(table["bucket"], self.scope.bucket)
+        if "is_latest" in table.column_names:
+            keep = pc.and_(keep, _true(table["is_latest"], default=True))
+        if "is_delete_marker" in table.column_names:
+            keep = pc.and_(keep, pc.invert(_true(table["is_delete_marker"], default=False)))
+        table = table.filter(keep)
+        keys = table["key"]
+        if csv:
+            keys = _unquote(keys)
+        prefix = self.scope.prefix
+        inside = pc.starts_with(keys, prefix) if prefix else pc.is_valid(keys)
+        table, keys = table.filter(inside), keys.filter(inside)
+        paths = pc.utf8_slice_codeunits(keys, len(prefix)) if prefix else keys
+        keep = pc.invert(pc.or_(pc.ends_with(paths, "/"), pc.equal(paths, "")))
+        if not self.scope.recursive:
+            keep = pc.and_(keep, pc.invert(pc.match_substring(paths, "/")))
+        if self.scope.suffix:
+            suffixes = self.scope.suffix if isinstance(self.scope.suffix, tuple) \
+                else (self.scope.suffix,)
+            ends = [pc.ends_with(paths, s) for s in suffixes]
+            any_end = ends[0]
+            for e in ends[1:]:
+                any_end = pc.or_(any_end, e)
+            keep = pc.and_(keep, any_end)
+        keep = pc.and_(keep, self._safe(paths))
+        table, paths = table.filter(keep), paths.filter(keep)
+        size, modified, etag = (table["size"], table["last_modified_date"], table["e_tag"])
+        if csv:
+            size = pc.cast(size, pa.int64())
+            modified = _csv_time(modified)
+        etag = pa.chunked_array([pa.array([normalize_etag(e) for e in etag.to_pylist()],
+                                          pa.string())]) if _quoted(etag) else etag
+        out = pa.table({"relative_path": paths, "size": pc.cast(size, pa.int64()),
+                        "last_modified_time": pc.cast(modified, pa.timestamp("us", tz="UTC")),
+                        "etag": pc.cast(etag, pa.string())}, schema=LISTING_SCHEMA)
+        if not out.num_rows:
+            return pa.RecordBatch.from_pylist([], schema=LISTING_SCHEMA)
+        return out.combine_chunks().to_batches()[0]
+
+    def _safe(self, paths: pa.ChunkedArray) -> pa.ChunkedArray:
+        """False for the paths `validate_relative_path` refuses (counted in `malformed`)."""
+        suspect = pc.match_substring_regex(paths, _SUSPECT)
+        if not pc.any(suspect).as_py():
+            return pc.invert(suspect)
+        from connectors.events import validate_relative_path
+
+        safe = []
+        for path, bad in zip(paths.to_pylist(), suspect.to_pylist(), strict=True):
+            ok = True
+            if bad:
+                try:
+                    validate_relative_path(path)
+                except InvalidPathError as exc:
+                    ok = False
+                    self.malformed += 1
+                    log.warning("skipping %s: %s", self.scope.object_url(
+                        self.scope.bucket, self.scope.prefix + path), exc)
+            safe.append(ok)
+        return pa.chunked_array([pa.array(safe, pa.bool_())])
+
+
+def _present(names: list[str]) -> list[str]:
+    wanted = ("bucket", "key", "is_latest", "is_delete_marker", "size", "last_modified_date",
+              "e_tag")
+    return [n for n in wanted if n in names]
+
+
+def _true(column: pa.ChunkedArray, *, default: bool) -> pa.ChunkedArray:
+    if pa.types.is_boolean(column.type):
+        return pc.fill_null(column, default)
+    text = pc.utf8_lower(pc.utf8_trim_whitespace(column))
+    return pc.fill_null(pc.if_else(pc.equal(text, ""), default, pc.equal(text, "true")), default)
+
+
+def _unquote(keys: pa.ChunkedArray) -> pa.ChunkedArray:
+    """URL-decode CSV keys (`+` is a space), in Python only for keys that need it."""
+    encoded = pc.or_(pc.match_substring(keys, "%"), pc.match_substring(keys, "+"))
+    if not pc.any(encoded).as_py():
+        return keys
+    values = [unquote_plus(k) if e else k
+              for k, e in zip(keys.to_pylist(), encoded.to_pylist(), strict=True)]
+    return pa.chunked_array([pa.array(values, pa.string())])
+
+
+def _csv_time(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """'YYYY-MM-DDTHH:MM:SS.fffZ' (UTC) as timestamps to the millisecond."""
+    whole = pc.strptime(pc.utf8_slice_codeunits(text, 0, 19), format="%Y-%m-%dT%H:%M:%S",
+                        unit="ms", error_is_null=True)
+    frac = pc.utf8_slice_codeunits(text, 20, 23)
+    millis = pc.cast(pc.if_else(pc.match_substring_regex(frac, r"^\d{3}$"), frac, "0"),
+                     pa.int64())
+    return pc.cast(pc.add(pc.cast(whole, pa.int64()), millis), pa.timestamp("ms", tz="UTC"))
+
+
+def _quoted(etag: pa.ChunkedArray) -> bool:
+    return len(etag) > 0 and bool(pc.any(pc.or_(pc.starts_with(etag, '"'),
+                                               pc.starts_with(etag, "W/"))).as_py())
