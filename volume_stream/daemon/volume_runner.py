@@ -240,8 +240,7 @@ class VolumeRunner(LoopThread):
 
     # ------------------------------------------------------------------ refresh
     def _schedule_refresh(self) -> None:
-        interval = self.config.refresh_interval_s
-        self._next_refresh = self._clock() + interval if interval else None
+        self._next_refresh = self._after(self.config.refresh_interval_s)
 
     def _refresh_due(self) -> bool:
         if self._refresh_reason is None and self._next_refresh is not None \
@@ -272,9 +271,8 @@ class VolumeRunner(LoopThread):
         log.info("volume %s: %s refresh in %.2fs%s", self.name, reason, seconds,
                  f", committed version {version}" if version is not None else ", no change",
                  extra={"volume": self.name, "reason": reason, "version": version,
-                        "inserted": getattr(result, "inserted", None),
-                        "updated": getattr(result, "updated", None),
-                        "deleted": getattr(result, "deleted", None)})
+                        **{k: getattr(result, k, None) for k in ("inserted", "updated",
+                                                                 "deleted")}})
 
     # ------------------------------------------------------------------ optimize
     def _after(self, interval: float | None) -> float | None:
@@ -288,8 +286,7 @@ class VolumeRunner(LoopThread):
         try:
             result = self._watcher.table.optimize()
         except Exception as exc:
-            log.warning("volume %s: optimize failed: %s", self.name, exc,
-                        extra={"volume": self.name})
+            log.warning("volume %s: optimize failed: %s", self.name, exc, extra={"volume": self.name})
         else:
             log.info("volume %s: optimize in %.2fs, %d bucket(s) compacted", self.name,
                      time.perf_counter() - started, result.buckets_compacted,
