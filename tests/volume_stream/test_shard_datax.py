@@ -56,3 +56,49 @@ def test_the_cli_refuses_it_without_a_traceback_and_exports_nothing(tmp_path, da
     assert proc.returncode == 1
     assert "errorLimit.record must be 0" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_shipped_job_file_runs_as_written(tmp_path, data_dir):
+    """examples/export_job.json (the seed's template, filled in) exports through the CLI."""
+    shipped = Path(__file__).resolve().parents[2] / "examples" / "export_job.json"
+    job_file = tmp_path / "export_job.json"
+    job_file.write_text(shipped.read_text())
+    cat = vs.connect(tmp_path / "wh")
+    cat.create_volume("landing", data_dir)
+    proc = subprocess.run([str(Path(sys.executable).parent / "volume-stream"), "export",
+                           "--job", str(job_file), "--warehouse", str(cat.warehouse.root)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    volume, options = job_options(job_file)
+    assert (volume, options["parallelism"], options["mbps"]) == ("landing", 2, 10.0)
+
+
+@pytest.mark.parametrize("section, key", [
+    ("reader", "dataTabel"), ("writer", "fieldDelimiter"), ("setting", "jvm")])
+def test_a_key_nothing_reads_is_refused_by_name(tmp_path, section, key):
+    doc = json.loads((Path(__file__).resolve().parents[2] / "examples" / "export_job.json")
+                     .read_text())
+    conf = doc["configuration"]
+    if section == "setting":
+        conf["setting"][key] = 1
+    else:
+        conf[section]["parameter"][key] = "x"
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidInputError, match=f"nothing reads: {key}; known: "):
+        job_options(path)
+
+
+def test_a_datasource_is_refused_and_table_is_data_table(tmp_path):
+    doc = json.loads((Path(__file__).resolve().parents[2] / "examples" / "export_job.json")
+                     .read_text())
+    param = doc["configuration"]["reader"]["parameter"]
+    param["datasource"] = "my_ots"
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidInputError, match="the warehouse .* is the source"):
+        job_options(path)
+    param["datasource"], param["table"] = "", param.pop("dataTable")
+    path.write_text(json.dumps(doc))
+    assert job_options(path)[0] == "landing"

@@ -9,7 +9,9 @@ template. Either form is read:
     {"job": {"content": [{"reader": {"name": "otsstream", ...}, "writer": {...}}],
              "setting": {...}}}
 
-Reader parameters: `dataTable` (the volume or change-tracked table), `statusTable`, `startTimestampMillis` and
+Every key is read or refused (a key nothing reads is an error naming the known ones); the
+template's `datasource` must be empty (the warehouse is the source) and `table` is another name
+for `dataTable`. Reader parameters: `dataTable` (the volume or change-tracked table), `statusTable`, `startTimestampMillis` and
 `endTimestampMillis` or `date` (yyyyMMdd), `isExportSequenceInfo`, `maxRetries`,
 `safetyLagMillis` (how long ago the range must have ended; default 5000). Writer
 parameters: `path` and `format` (or `fileType`: parquet, csv/text, delta). `speed.concurrent`
@@ -80,6 +82,27 @@ def _check_error_limit(limit: Any, path: str | Path) -> None:
                                 f"{', '.join(sorted(unknown))}; known: record, percentage")
 
 
+_READER_KEYS = {"dataTable", "table", "datasource", "statusTable", "startTimestampMillis",
+                "endTimestampMillis", "date", "isExportSequenceInfo", "maxRetries",
+                "safetyLagMillis"}
+_WRITER_KEYS = {"path", "format", "fileType"}
+_SETTING_KEYS = {"speed", "errorLimit"}
+_SPEED_KEYS = {"concurrent", "channel", "mbps"}
+
+
+def _check_keys(path: str | Path, sections: dict[str, tuple[dict[str, Any], set[str]]]) -> None:
+    """Every key is honoured or refused: a key nobody reads (a typo, another writer plugin's
+    setting) is named with the keys that are read."""
+    for where, (section, known) in sections.items():
+        if not isinstance(section, dict):
+            raise InvalidInputError(f"job file {str(path)!r}: {where} must be an object, not "
+                                    f"{section!r}")
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise InvalidInputError(f"job file {str(path)!r}: {where} has key(s) nothing reads: "
+                                    f"{', '.join(unknown)}; known: {', '.join(sorted(known))}")
+
+
 def job_options(path: str | Path) -> tuple[str, dict[str, Any]]:
     """(volume, keyword arguments of `export_changes`) of a DataX job file."""
     try:
@@ -95,10 +118,20 @@ def job_options(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise InvalidInputError(f"job file {str(path)!r}: reader plugin must be 'otsstream', "
                                 f"not {plugin!r}")
     p = reader.get("parameter") or {}
-    volume = p.get("dataTable")
+    w = writer.get("parameter") or {}
+    speed = setting.get("speed") or {}
+    _check_keys(path, {"reader.parameter": (p, _READER_KEYS), "writer.parameter": (w, _WRITER_KEYS),
+                       "setting": (setting, _SETTING_KEYS), "setting.speed": (speed, _SPEED_KEYS)})
+    if str(p.get("datasource") or "").strip():
+        raise InvalidInputError(f"job file {str(path)!r}: reader.parameter.datasource "
+                                f"{p['datasource']!r} names a DataWorks data source; here the "
+                                f"warehouse (--warehouse) is the source: leave it empty")
+    volume = p.get("dataTable") or p.get("table")
+    if p.get("table") and p.get("dataTable") and p["table"] != p["dataTable"]:
+        raise InvalidInputError(f"job file {str(path)!r}: reader.parameter.table "
+                                f"{p['table']!r} and dataTable {p['dataTable']!r} differ")
     if not volume:
         raise InvalidInputError(f"job file {str(path)!r}: reader.parameter.dataTable is missing")
-    w = writer.get("parameter") or {}
     out = w.get("path")
     if not out:
         raise InvalidInputError(f"job file {str(path)!r}: writer.parameter.path is missing")
@@ -106,7 +139,6 @@ def job_options(path: str | Path) -> tuple[str, dict[str, Any]]:
     if fmt not in _FORMATS:
         raise InvalidInputError(f"job file {str(path)!r}: writer format {fmt!r} is not one of "
                                 f"{', '.join(_FORMATS)}")
-    speed = setting.get("speed") or {}
     _check_error_limit(setting.get("errorLimit"), path)
     options: dict[str, Any] = {
         "out": str((Path(path).parent / out) if not Path(out).is_absolute() else out),
