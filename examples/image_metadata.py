@@ -18,7 +18,9 @@ landing`), creating the stream `image_files` (with the files already there) if n
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
+import shutil
 import tempfile
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -97,17 +99,22 @@ def main() -> None:
     parser.add_argument("--warehouse", type=Path, help="an existing warehouse")
     parser.add_argument("--volume", help="the volume to read (with --warehouse)")
     parser.add_argument("--stream", default="image_files")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the sample folder and warehouse (default: removed at exit)")
     parser.add_argument("--target", default="image_meta")
     args = parser.parse_args()
     if (args.warehouse is None) != (args.volume is None):
         parser.error("--warehouse and --volume go together")
     if args.warehouse is None:
         work = Path(tempfile.mkdtemp(prefix="vs-image-metadata-"))
+        if not args.keep:  # a recipe's samples are not worth a folder left in /tmp
+            atexit.register(shutil.rmtree, work, True)
         make_samples(work / "images")
         cat = vs.connect(work / "warehouse")
         cat.create_volume("images", work / "images")
         args.volume = "images"
-        print(f"sample images in {work / 'images'}, warehouse {work / 'warehouse'}")
+        print(f"sample images in {work / 'images'}, warehouse {work / 'warehouse'}"
+              f"{'' if args.keep else ' (removed at exit; --keep keeps them)'}")
     else:
         cat = vs.connect(args.warehouse)
     if args.stream not in {s["name"] for s in cat.list_streams()}:

@@ -15,10 +15,12 @@ fail its file. Files are streamed line by line; `*.gz` files are decompressed on
 from __future__ import annotations
 
 import argparse
+import atexit
 import gzip
 import io
 import json
 import re
+import shutil
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,17 +139,22 @@ def main() -> None:
     parser.add_argument("--warehouse", type=Path, help="an existing warehouse")
     parser.add_argument("--volume", help="the volume to read (with --warehouse)")
     parser.add_argument("--stream", default="log_files")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the sample folder and warehouse (default: removed at exit)")
     parser.add_argument("--target", default="log_lines")
     args = parser.parse_args()
     if (args.warehouse is None) != (args.volume is None):
         parser.error("--warehouse and --volume go together")
     if args.warehouse is None:
         work = Path(tempfile.mkdtemp(prefix="vs-log-ingestion-"))
+        if not args.keep:  # a recipe's samples are not worth a folder left in /tmp
+            atexit.register(shutil.rmtree, work, True)
         make_samples(work / "logs")
         cat = vs.connect(work / "warehouse")
         cat.create_volume("logs", work / "logs")
         args.volume = "logs"
-        print(f"sample logs in {work / 'logs'}, warehouse {work / 'warehouse'}")
+        print(f"sample logs in {work / 'logs'}, warehouse {work / 'warehouse'}"
+              f"{'' if args.keep else ' (removed at exit; --keep keeps them)'}")
     else:
         cat = vs.connect(args.warehouse)
     if args.stream not in {s["name"] for s in cat.list_streams()}:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import os
+import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -159,3 +161,13 @@ def test_recipe_scripts_run_self_contained(spark, tmp_path, monkeypatch, capsys,
     out = capsys.readouterr().out
     for needle in expected:
         assert needle in out, out
+
+
+def test_a_recipe_leaves_no_sample_folder_behind(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    script = str(EXAMPLES / "log_ingestion.py")
+    done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "removed at exit" in done.stdout
+    assert not list(tmp_path.glob("vs-log-ingestion-*"))  # (--keep skips the removal)
