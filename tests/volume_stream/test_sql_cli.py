@@ -105,7 +105,23 @@ def test_interactive_loop_runs_complete_statements_and_carries_on(catalog, data,
     assert "0 streams" in captured.out
     assert "stream 'nope' does not exist" in captured.err
     assert prompts[:3] == ["volume-stream> ", "            -> ", "volume-stream> "]
+    assert "end statements with ';'" in captured.err  # the banner
     assert repl(catalog, lambda prompt: "quit") == 0
+
+
+def test_ctrl_c_at_the_prompt_clears_the_statement_and_carries_on(catalog, capsys):
+    lines = iter(["SHOW", KeyboardInterrupt, "SHOW VOLUMES;", "exit"])
+
+    def read_line(prompt):
+        line = next(lines)
+        if line is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        return line
+
+    assert repl(catalog, read_line) == 0  # 'SHOW' was cleared, not joined to the next line
+    captured = capsys.readouterr()
+    assert "(cleared; exit, quit or Ctrl-D leaves)" in captured.err
+    assert "0 volumes" in captured.out
 
 
 def test_the_real_script_runs_ddl_without_spark(tmp_path, data):

@@ -57,6 +57,8 @@ volume-stream SQL: end each statement with ';' (exit or quit leaves the prompt).
 Any other Spark SQL runs in Spark (started on first need).\
 """
 PROMPT, MORE = "volume-stream> ", "            -> "
+BANNER = ("volume-stream SQL: end statements with ';'; help lists what runs here; Ctrl-C "
+          "clears a statement; exit, quit or Ctrl-D leaves.")
 _ADDED_FOLDERS: set[str] = set()  # put on sys.path by load_udf: their modules go by value
 
 
@@ -173,18 +175,25 @@ def repl(catalog, read_line: Callable[[str], str], *, as_json: bool = False,
     """The interactive loop: read lines until a statement ends with ';', run it, repeat.
 
     `read_line(prompt)` returns the next line or raises EOFError (as `input` does). `exit`,
-    `quit` or the end of input leave. Returns the number of statements that failed.
+    `quit` or the end of input leave; Ctrl-C (KeyboardInterrupt while reading) clears the
+    statement being typed. Returns the number of statements that failed.
 
     Example:
         >>> repl(cat, input)          # what `volume-stream sql` does on a terminal
     """
 
     failures, buffer = 0, ""
+    err.print(BANNER, highlight=False)
     while True:
         try:
             line = read_line(MORE if buffer.strip() else PROMPT)
         except EOFError:
             break
+        except KeyboardInterrupt:  # Ctrl-C clears what is being typed, as in psql
+            err.print("\n(cleared; exit, quit or Ctrl-D leaves)" if buffer.strip() else
+                      "\n(exit, quit or Ctrl-D leaves)", highlight=False)
+            buffer = ""
+            continue
         if not buffer.strip() and line.strip().rstrip(";").lower() in ("exit", "quit", "\\q"):
             return failures
         buffer += line + "\n"
