@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors.base import ObjectReader
+from connectors.protocols import ObjectReader
 from directory_table import DirectoryTable, OptimizeResult
 from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream._spark import get_spark
