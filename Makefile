@@ -46,6 +46,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check volume_stream connectors directory_table tests benchmarks examples
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir .site   # a broken link fails
 
 clean:
-	rm -rf $(VENV) .pytest_cache warehouse .bench
+	rm -rf $(VENV) .pytest_cache warehouse .bench .site

@@ -10,6 +10,6 @@
     local/         listener (watchdog), store (lister, reader)
     memory.py      an in-memory listener and store for tests and examples
 
-The old module names (`connectors.base`, `.s3`, `.sqs`, `.oss`, `.mns`, `._aws`, `._alicloud`)
-re-export the names they always had.
+Loggers keep their short names (`connectors.sqs`, `connectors.s3`, `connectors.mns`,
+`connectors.oss`, `connectors.local`), whatever module logs.
 """

@@ -28,9 +28,10 @@ from mns.mns_client import MNSClient
 from mns.queue import Queue, QueueMeta
 
 import volume_stream as vs
+from connectors.alicloud.events import parse_message
+from connectors.alicloud.listener import MnsListener
+from connectors.alicloud.store import OssLister, OssReader, OssScope
 from connectors.events import EventKind
-from connectors.mns import MnsListener, parse_message
-from connectors.oss import OssLister, OssReader, OssScope
 from tests.alicloud_fixtures import (  # noqa: F401
     FAKE_ACCESS_KEY_ID,
     FAKE_ACCESS_KEY_SECRET,

@@ -1,4 +1,4 @@
-"""Every daemon config the project ships (README, deploy/) passes `volume-stream config check`.
+"""Every daemon config the project ships (docs/daemon.md, deploy/) passes `volume-stream config check`.
 
 Each check runs in a fresh interpreter, as a user's shell would: the notification types of the
 cloud providers must be known without anything having imported them first.
@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.docs_blocks import block
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _readme_daemon_toml() -> str:
-    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    daemon = [b for b in blocks if "[volumes." in b]
-    assert daemon, "the README shows a daemon TOML"
-    return daemon[0]
+def _docs_daemon_toml() -> str:
+    """The daemon page's configuration (its "daemon_toml" block, tests/docs_blocks.py)."""
+    return block("daemon_toml")
 
 
 def _configs() -> dict[str, str]:
     k8s = yaml.safe_load((ROOT / "deploy/k8s/configmap.yaml").read_text())
     return {
-        "README": _readme_daemon_toml(),
+        "docs/daemon.md": _docs_daemon_toml(),
         "deploy/volume-stream.toml": (ROOT / "deploy/volume-stream.toml").read_text(),
         "deploy/compose/volume-stream.toml": (ROOT / "deploy/compose/volume-stream.toml").read_text(),
         "deploy/k8s/configmap.yaml": k8s["data"]["volume-stream.toml"],

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors.base import ObjectReader
+from connectors.protocols import ObjectReader
 from directory_table import DirectoryTable, OptimizeResult
 from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream._spark import get_spark
@@ -86,7 +86,7 @@ def connect(warehouse: str | os.PathLike, *, storage_options: dict[str, str] | N
     """Open (or create) the warehouse at `warehouse` and return its catalog.
 
     `warehouse` is a local folder, `file://...`, `s3://bucket/prefix` or `hdfs://...` (an
-    `oss://` warehouse is refused: see the README). `storage_options` are delta-rs's keys
+    `oss://` warehouse is refused: docs/object-storage.md). `storage_options` are delta-rs's keys
     (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ALLOW_HTTP`, ...); without them credentials come
     from the standard environment (`AWS_*`, profiles, roles). They are never written anywhere.
     With `create=False` a missing warehouse is a `WarehouseError` and nothing is created.

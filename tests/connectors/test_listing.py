@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors._listing import parallel_pages
+from connectors.alicloud.store import OssLister
+from connectors.aws.store import S3Lister
 from connectors.local import LocalLister
-from connectors.oss import OssLister
 from connectors.protocols import LISTING_SCHEMA
-from connectors.s3 import S3Lister
 from tests.alicloud_fixtures import alicloud_env, make_volume, mns_server, oss_server  # noqa: F401
 from tests.aws_fixtures import make_rig, moto_server  # noqa: F401
 

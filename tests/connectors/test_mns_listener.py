@@ -13,9 +13,9 @@ import time
 import oss2
 import pytest
 
+from connectors.alicloud.listener import MnsHandle, MnsListener
 from connectors.errors import ConnectorError, CredentialsError, ListenerClosedError
 from connectors.events import EventKind
-from connectors.mns import MnsHandle, MnsListener
 from connectors.protocols import Listener
 from tests.alicloud_fixtures import (  # noqa: F401
     FAKE_ACCESS_KEY_ID,

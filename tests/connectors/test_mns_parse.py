@@ -1,4 +1,5 @@
-"""`connectors.mns.parse_message` / `to_file_event`: OSS event notifications, no network."""
+"""`connectors.alicloud.events.parse_message` / `to_file_event`: OSS event notifications, no
+network."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from connectors.alicloud.events import parse_message, to_file_event
+from connectors.alicloud.store import OssScope
 from connectors.errors import MalformedMessageError
 from connectors.events import EventKind, InvalidPathError
-from connectors.mns import parse_message, to_file_event
-from connectors.oss import OssScope
 
 
 def event(name: str = "ObjectCreated:PutObject", key: str = "in/a.txt", *, bucket: str = "bkt",
@@ -160,8 +161,8 @@ def test_same_second_events_keep_message_order_and_time():
 def test_same_second_events_are_ordered_by_enqueue_time():
     from datetime import UTC, datetime, timedelta
 
+    from connectors.alicloud.events import _tie_break
     from connectors.events import FileEvent, is_newer
-    from connectors.mns import _tie_break
 
     second = datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)
     put = FileEvent.created("a", size=1, last_modified_time=second, event_time=second)

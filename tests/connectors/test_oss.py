@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
+from connectors.alicloud.store import OssLister, OssReader, oss_url
 from connectors.errors import ConnectorError, CredentialsError, ObjectNotFoundError
 from connectors.events import InvalidPathError
-from connectors.oss import OssLister, OssReader, oss_url
 from connectors.protocols import LISTING_SCHEMA, Lister, ObjectReader
 from tests.alicloud_fixtures import (  # noqa: F401
     FAKE_ACCESS_KEY_ID,

@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
+from connectors.aws.listener import SqsListener
+from connectors.aws.store import S3Lister, S3Reader
 from connectors.errors import ConnectorError, CredentialsError, ObjectNotFoundError
 from connectors.protocols import LISTING_SCHEMA, Lister, ObjectReader
-from connectors.s3 import S3Lister, S3Reader
-from connectors.sqs import SqsListener
 from tests.aws_fixtures import (  # noqa: F401
     AwsRig,
     aws_env,

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
+from connectors.aws.listener import SqsListener
+from connectors.aws.store import normalize_etag
 from connectors.errors import ConnectorError, CredentialsError
 from connectors.events import EventKind
 from connectors.protocols import Listener
-from connectors.s3 import normalize_etag
-from connectors.sqs import SqsListener
 from tests.aws_fixtures import (  # noqa: F401
     AwsRig,
     aws_env,

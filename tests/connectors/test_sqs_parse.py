@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from connectors.aws.events import ParsedMessage, S3Record, parse_message, to_file_event
+from connectors.aws.store import S3Scope, normalize_etag, normalize_prefix, s3_url
 from connectors.errors import ConnectorError, MalformedMessageError
 from connectors.events import EventKind, InvalidPathError, compare_sequencers, is_newer
-from connectors.s3 import S3Scope, normalize_etag, normalize_prefix, s3_url
-from connectors.sqs import ParsedMessage, S3Record, parse_message, to_file_event
 
 
 def s3_record(key: str, name: str = "ObjectCreated:Put", *, bucket: str = "bkt",

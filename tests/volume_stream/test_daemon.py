@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import volume_stream as vs
-from connectors.base import Received
 from connectors.errors import ConnectorError
 from connectors.events import FileEvent
 from connectors.memory import MemoryListener
+from connectors.protocols import Received
 from volume_stream.config.daemon import DaemonConfig
 from volume_stream.daemon import Daemon
 from volume_stream.errors import ConfigError

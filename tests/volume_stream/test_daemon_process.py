@@ -23,8 +23,8 @@ import pyarrow as pa
 import pytest
 
 import volume_stream as vs
-from connectors.base import LISTING_SCHEMA
 from connectors.local import LocalLister
+from connectors.protocols import LISTING_SCHEMA
 
 CLI = str(Path(sys.executable).parent / "volume-stream")
 

@@ -16,10 +16,10 @@ import oss2
 import pytest
 
 import volume_stream as vs
+from connectors.alicloud.listener import MnsListener
+from connectors.alicloud.store import OssReader
 from connectors.alicloud.sts import AliRole, sign_rpc
 from connectors.errors import ConnectorError, CredentialsError
-from connectors.mns import MnsListener
-from connectors.oss import OssReader
 from tests.alicloud_fixtures import (  # noqa: F401
     FAKE_ACCESS_KEY_ID,
     FAKE_ACCESS_KEY_SECRET,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from rich.console import Console
 
-from connectors.base import LISTING_SCHEMA
+from connectors.protocols import LISTING_SCHEMA
 from volume_stream.cli._progress import refresh_progress
 from volume_stream.volumes import refresh
 from volume_stream.volumes.refresh import diff_by_buckets, diff_listing, group_size_for

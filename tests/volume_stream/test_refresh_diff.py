@@ -8,8 +8,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind
+from connectors.protocols import LISTING_SCHEMA
 from volume_stream.volumes.refresh import diff_listing
 
 T = datetime(2026, 1, 1, 12, 0, 0, 123000, tzinfo=UTC)

@@ -36,7 +36,7 @@ import boto3
 import pytest
 
 import volume_stream as vs
-from connectors.s3 import normalize_etag
+from connectors.aws.store import normalize_etag
 from tests.aws_fixtures import (  # noqa: F401
     FAKE_ENV,
     AwsRig,

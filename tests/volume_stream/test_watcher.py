@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from connectors.base import Received
 from connectors.events import FileEvent, utc_now
+from connectors.protocols import Received
 from directory_table import DirectoryTable
 from volume_stream.volumes.watcher import VolumeWatcher, keep_invisible
 

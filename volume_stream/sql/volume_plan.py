@@ -131,12 +131,12 @@ def _account(conn: dict[str, Any] | None, note: dict[str, ddl.Prop]) -> str | No
 def _listener_options(qtype: str) -> set[str]:
     """The options a notification may pass on to its listener (and, for SQS, to boto3)."""
     if qtype == "ALICLOUD_MNS":
-        from connectors.mns import MnsListener as listener
+        from connectors.alicloud.listener import MnsListener as listener
     else:
         import dataclasses
 
-        from connectors._aws import ClientOptions
-        from connectors.sqs import SqsListener as listener
+        from connectors.aws.client import ClientOptions
+        from connectors.aws.listener import SqsListener as listener
     names = {p.name for p in inspect.signature(listener.__init__).parameters.values()
              if p.kind is p.KEYWORD_ONLY}
     if qtype == "AWS_SQS":

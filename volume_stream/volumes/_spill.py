@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.base import LISTING_SCHEMA
+from connectors.protocols import LISTING_SCHEMA
 from directory_table.layout import bucket_array
 
 __all__ = ["MAX_PARTITIONS", "Listing", "accepted_rows"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from connectors.base import Listener, Lister, ObjectReader
+from connectors.protocols import Listener, Lister, ObjectReader
 from volume_stream.errors import ConfigError, InvalidInputError
 from volume_stream.volumes.notifications import (
     LocalNotification,
@@ -160,7 +160,8 @@ def _store_connectors(module: str, lister: str, reader: str,
                       options: Callable[[VolumeSpec], dict[str, Any]],
                       ) -> tuple[Callable[[VolumeSpec], Lister], Callable[[VolumeSpec], ObjectReader]]:
     """The lister and reader factories of an object store whose connector classes take
-    `(bucket, prefix, **options)` (`connectors.s3`, `connectors.oss`), imported on first use."""
+    `(bucket, prefix, **options)` (`connectors.aws.store`, `connectors.alicloud.store`),
+    imported on first use."""
 
     def cls(name: str) -> type:
         return getattr(importlib.import_module(module), name)
@@ -179,13 +180,13 @@ def _store_connectors(module: str, lister: str, reader: str,
 
 # ---------------------------------------------------------------------------- S3 + SQS
 def _s3_options() -> frozenset[str]:
-    from connectors._aws import ClientOptions
+    from connectors.aws.client import ClientOptions
 
     return frozenset({f.name for f in dataclasses.fields(ClientOptions)})
 
 
 def _sqs_listener(spec: VolumeSpec, notification: Any) -> Listener:
-    from connectors.sqs import SqsListener
+    from connectors.aws.listener import SqsListener
 
     note = _expect(spec, notification, SqsNotification)
     bucket, prefix = _bucket_prefix(spec)
@@ -209,10 +210,10 @@ def _oss_options(spec: VolumeSpec) -> dict[str, Any]:
     return options
 
 
-_s3_lister, _s3_reader = _store_connectors("connectors.s3", "S3Lister", "S3Reader",
+_s3_lister, _s3_reader = _store_connectors("connectors.aws.store", "S3Lister", "S3Reader",
                                           _connector_options)
-_oss_lister, _oss_reader = _store_connectors("connectors.oss", "OssLister", "OssReader",
-                                            _oss_options)
+_oss_lister, _oss_reader = _store_connectors("connectors.alicloud.store", "OssLister",
+                                            "OssReader", _oss_options)
 
 
 def _oss_known() -> frozenset[str]:
@@ -220,7 +221,7 @@ def _oss_known() -> frozenset[str]:
 
 
 def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
-    from connectors.mns import MnsListener
+    from connectors.alicloud.listener import MnsListener
 
     note = _expect(spec, notification, MnsNotification)
     bucket, prefix = _bucket_prefix(spec)

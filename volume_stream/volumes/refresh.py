@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.base import LISTING_SCHEMA
 from connectors.events import EventKind, FileEvent, InvalidPathError
+from connectors.protocols import LISTING_SCHEMA
 from directory_table.layout import bucket_array
 from volume_stream.volumes._spill import Listing, accepted_rows
 

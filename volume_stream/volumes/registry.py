@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.base import ObjectReader
+from connectors.protocols import ObjectReader
 from directory_table import DirectoryTable
 from directory_table.layout import Layout
 from volume_stream.errors import (

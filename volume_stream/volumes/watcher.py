@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.base import Listener, Received
 from connectors.events import FileEvent
+from connectors.protocols import Listener, Received
 from directory_table import ApplyResult, DirectoryTable
 
 __all__ = ["StepResult", "VolumeWatcher", "WatchMetrics"]

@@ -31,7 +31,7 @@ from volume_stream.errors import ConfigError, InvalidInputError, WarehouseError
 
 __all__ = ["OSS_REFUSAL", "Location", "storage_error"]
 
-#: why an `oss://` warehouse is refused (DESIGN §3.1, README "Warehouses on object storage")
+#: why an `oss://` warehouse is refused (DESIGN §3.1, docs/object-storage.md)
 OSS_REFUSAL = (
     "an oss:// warehouse is not supported: delta-rs has no OSS object store, and commits "
     "through OSS's S3-compatible API would not be safe (delta-rs makes a commit exclusive with "
