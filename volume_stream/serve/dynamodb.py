@@ -26,7 +26,7 @@ from volume_stream.errors import (
     TrimmedDataError,
     VolumeStreamError,
 )
-from volume_stream.serve.records_json import records_json
+from volume_stream.serve.records_json import page_json
 from volume_stream.shards import ChangeLog, list_change_logs
 from volume_stream.shards.iterators import IteratorSigner
 from volume_stream.shards.log import DEFAULT_ACCOUNT, DEFAULT_REGION, MAX_BYTES, owner_id
@@ -251,5 +251,5 @@ class StreamsApi:
             log = self._log(str(payload.get("vol")), str(payload.get("label")))
         except NotFoundError as exc:
             raise ExpiredIteratorError(f"the change log of this iterator is gone: {exc}") from exc
-        page = log.get_records(token, limit, max_bytes=MAX_BYTES)
-        return records_json(page.records, log.view_type, self.region, page.next_iterator)
+        page, next_iterator = log.get_records_arrow(token, limit, max_bytes=MAX_BYTES)
+        return page_json(page, log.view_type, self.region, next_iterator)

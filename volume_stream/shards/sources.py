@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from directory_table import DirectoryTable
 from directory_table.layout import bucket_of
-from directory_table.schema import PUBLIC_COLUMNS
+from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from volume_stream.errors import InvalidInputError
 from volume_stream.shards.model import Shard
 from volume_stream.tables.store import CDF, ROW_ID, TableStore
@@ -59,6 +59,10 @@ class VolumeSource:
 
     def buckets(self) -> int:
         return self.table.layout().buckets
+
+    def schema(self) -> pa.Schema:
+        """The public columns' types."""
+        return pa.schema([TABLE_SCHEMA.field(c) for c in PUBLIC_COLUMNS])
 
     def version(self) -> int:
         return self.table.version()
@@ -115,6 +119,11 @@ class TableSource:
 
     def buckets(self) -> int:
         return TABLE_BUCKETS
+
+    def schema(self) -> pa.Schema:
+        """The visible columns' types (and the hidden row id's when it keys the log)."""
+        schema = self.store.schema(self.name)
+        return schema.append(pa.field(ROW_ID, pa.int64())) if self.key == ROW_ID else schema
 
     def tracked_since(self) -> int:
         """The version that turned change tracking on (the CDF is readable after it): the
