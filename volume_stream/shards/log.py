@@ -45,6 +45,7 @@ from volume_stream.shards.model import (
 from volume_stream.shards.pages import arrow_page, page_records
 from volume_stream.shards.reader import CommitTimes, Window, empty_window, shard_windows
 from volume_stream.shards.sources import TableSource, VolumeSource
+from volume_stream.tables.keys import key_columns
 from volume_stream.tables.store import ROW_ID
 
 __all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "Target", "disable_change_log",
@@ -80,7 +81,7 @@ def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str,
         taken = set(names)
         store = catalog.tables
         names += [t for t in store.names() if t not in taken and store.change_tracking(t)
-                  and store.has_row_ids(t)]
+                  and (store.has_row_ids(t) or store.key(t))]
     out = []
     now = datetime.now(UTC)
     for name in names:
@@ -108,11 +109,18 @@ def owner_id(catalog: Any, name: str) -> str:
         return catalog.tables.table_id(name)
 
 
+def _stored_key(key: Any) -> str | list[str] | None:
+    """A key as the change log's metadata keeps it: a name, or a list of several."""
+    cols = key_columns(key)
+    return None if not cols else cols[0] if len(cols) == 1 else list(cols)
+
+
 class Target:
     """What a change log belongs to: a volume, or (when no volume has the name) a change-tracked
-    SQL table keyed by `key` (default the hidden row id; once stored, the log's own)."""
+    SQL table keyed by `key` (a column or a list of them; default: once stored, the log's own,
+    else the table's declared key, else the hidden row id)."""
 
-    def __init__(self, catalog: Any, name: str, key: str | None = None):
+    def __init__(self, catalog: Any, name: str, key: str | list[str] | None = None):
         store = catalog.tables
         self.name = name
         if _is_volume(catalog, name) or not store.exists(name):
@@ -133,9 +141,9 @@ class Target:
         stored = catalog.warehouse.read().get((shard_meta.CHANGE_LOG, self.meta_name))
         if key is None and stored and stored.get("volume_id") == self.owner_id:
             key = stored.get("key")
-        self.source = TableSource(store, name, key or ROW_ID)
+        self.source = TableSource(store, name, key or store.key(name) or ROW_ID)
         self.spec, self.table, self.created = None, None, None
-        self.key = self.source.key
+        self.key = _stored_key(self.source.key)
         self.retention_days = TABLE_RETENTION_DAYS
         self.start_version = (0 if stored and stored.get("volume_id") == self.owner_id
                               else self.source.tracked_since())
@@ -147,9 +155,12 @@ class Target:
 
 
 def enable_change_log(catalog: Any, name: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
-                      shards: int = 1, key: str | None = None) -> None:
+                      shards: int = 1, key: str | list[str] | None = None) -> None:
     """Start a new stream (new label) of the change log of volume or table `name` from its
-    latest version on."""
+    latest version on; a table's is keyed by `key` (a column or a list), else by its declared
+    key, else by the previous stream's key (the hidden row id at first)."""
+    if key is None and not _is_volume(catalog, name) and catalog.tables.exists(name):
+        key = _stored_key(catalog.tables.key(name))
     target = Target(catalog, name, key)
     with converted(f"{target.kind} {name!r}"):
         shard_meta.enable(catalog.warehouse, target.meta_name, target.source.buckets(),
@@ -173,7 +184,8 @@ class ChangeLog:
 
     def __init__(self, catalog: Any, volume: str, *, label: str | None = None,
                  region: str = DEFAULT_REGION, account_id: str = DEFAULT_ACCOUNT,
-                 clock: Callable[[], float] = time.time, key: str | None = None):
+                 clock: Callable[[], float] = time.time,
+                 key: str | list[str] | None = None):
         if not (isinstance(account_id, str) and len(account_id) == 12 and account_id.isdigit()):
             raise InvalidInputError(f"account_id must be 12 digits, not {account_id!r}")
         self.catalog, self.volume = catalog, volume
@@ -193,7 +205,8 @@ class ChangeLog:
                                 [s for s, v in streams.items()
                                  if not _expired(v, self.retention_days, datetime.now(UTC))])
         stream_key = self.stream.get("key") or self.meta.get("key")
-        if self.kind == "table" and stream_key and stream_key != self.source.key:
+        if self.kind == "table" and stream_key and key_columns(stream_key) != \
+                self.source.key_columns:
             if key is not None:
                 raise InvalidInputError(f"stream {self.stream['label']} of table {volume!r} is "
                                         f"keyed by {stream_key!r}, not {key!r}")
