@@ -147,6 +147,11 @@ def _values_json(col: pa.Array) -> pa.Array:
             return _join('{"S":"', col, '"}')
         return pa.array([None if v is None else '{"S":' + _enc(v) + "}"
                          for v in col.to_pylist()], pa.string())
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):  # each distinct value once
+        distinct = pc.unique(col)
+        texts = pa.array([None if v is None else typed_json(v) for v in pylist(distinct)],
+                         pa.string())
+        return texts.take(pc.index_in(col, distinct))
     return pa.array([None if v is None else typed_json(v) for v in pylist(col)], pa.string())
 
 
