@@ -9,6 +9,9 @@ inserts over 5 commits; `--quick`: 20k in one) plus one commit overwriting and o
   (Limit 1000 pages), each record's sequence number, key and image looked at (images are
   made lazily, so a read that ignored them would not pay for them), records/s; baseline: a plain read of the same change data feed
   (`DirectoryTable.changes` over all versions), CDF rows/s. Target: at least 0.2x.
+- `shards.arrow`: every record of every shard read through `ChangeLog.get_records_arrow`
+  (Limit 1000 pages, Arrow tables: keys and images as struct columns), records/s; baseline:
+  the plain CDF read's rows/s. Target: at least 0.5x.
 - `shards.boto3`: the same through the HTTP endpoint with boto3's `dynamodbstreams` client
   (JSON 1.0 over loopback, typed attribute maps); baseline: the Python API's rate. Target:
   at least 0.1x (it serialises every record to JSON and parses it again in botocore).
@@ -33,10 +36,11 @@ from benchmarks._report import Figure, count_label, timed
 from volume_stream.serve import ShardApiServer
 
 NAME = "shards"
-TITLE = "GetRecords throughput (Python API, boto3) and DataX export vs plain CDF reads"
+TITLE = "GetRecords throughput (Python API, Arrow, boto3) and DataX export vs plain CDF reads"
 SHARDS = 4
 MIN_API_RATIO = 0.2
 MIN_BOTO_RATIO = 0.1
+MIN_ARROW_RATIO = 0.5
 MAX_EXPORT_RATIO = 15.0
 
 
@@ -67,6 +71,18 @@ def _read_api(log: vs.shards.ChangeLog) -> int:
             if not page.records:
                 break
             it = page.next_iterator
+    return n
+
+
+def _read_arrow(log: vs.shards.ChangeLog) -> int:
+    n = 0
+    for shard in log.shards():
+        it = log.iterator(shard.shard_id, "TRIM_HORIZON")
+        while it:
+            page, it = log.get_records_arrow(it, 1000)
+            n += page.num_rows
+            if not page.num_rows:
+                break
     return n
 
 
@@ -113,6 +129,13 @@ def run(ctx: Context) -> None:
                  "cpu_seconds": cpu2 - cpu1, "cdf_cpu_seconds": cpu1 - cpu0,
                  "cpu_rate_ratio": round((n_api / max(cpu2 - cpu1, 1e-9))
                                          / (cdf.num_rows / max(cpu1 - cpu0, 1e-9)), 3)}))
+    arrow_s, n_arrow = timed(lambda: _read_arrow(cat.change_log("bench")))
+    arrow_rate = n_arrow / arrow_s
+    ctx.report.add(Figure(
+        f"shards.arrow.{label}", f"{label} records of {SHARDS} shards via get_records_arrow",
+        arrow_rate, "records/s", cdf_rate, "plain CDF read", f">= {MIN_ARROW_RATIO}x",
+        passed=n_arrow == n_api and arrow_rate >= MIN_ARROW_RATIO * cdf_rate,
+        details={"records": n_arrow, "seconds": arrow_s, "cdf_seconds": cdf_s}))
     with ShardApiServer(cat, "127.0.0.1", 0) as server:
         boto_s, n_boto = timed(lambda: _read_boto(server.url))
     boto_rate = n_boto / boto_s

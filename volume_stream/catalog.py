@@ -397,9 +397,10 @@ class Catalog:
         return self.change_log(volume).reshard(shards)
 
     def enable_change_log(self, volume: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
-                          shards: int = 1, key: str | None = None) -> ChangeLog:
+                          shards: int = 1, key: str | list[str] | None = None) -> ChangeLog:
         """Start a new change log stream (new label) of a volume or table from its latest
-        version on (`key`: a table's key column, default its hidden row id)."""
+        version on (`key`: a table's key column or list of columns; default its declared key,
+        else the previous stream's, at first its hidden row id)."""
         enable_change_log(self, volume, view_type=view_type, shards=shards, key=key)
         return self.change_log(volume)
 

@@ -8,6 +8,9 @@ storage options), so every fault reaches the exporter, which classifies it with
 # ruff: noqa: F811  (pytest fixtures imported from tests.s3_warehouse_fixtures, used as arguments)
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import pytest
 import volume_stream as vs
 from directory_table.errors import storage_transient
 from tests.fakes.faulty_proxy_process import FaultyProxyProcess
-from tests.s3_warehouse_fixtures import moto_process, s3_bucket, s3_env  # noqa: F401
+from tests.s3_warehouse_fixtures import child_env, moto_process, s3_bucket, s3_env  # noqa: F401
 from volume_stream.errors import VolumeStreamError, WarehouseError
 
 FAULTS = ("error500", "slowdown503")
@@ -91,3 +94,58 @@ def test_persisting_faults_without_retries_fail_naming_the_range(s3_env, s3_volu
     assert "after 0 retries" in message and "transient" in message
     assert storage_transient(info.value.__cause__)  # what the proxy sent: a 500 or a 503
     assert not list((tmp_path / "out").glob("part-*"))  # nothing half-written
+
+
+def export_cli(uri: str, proxy: FaultyProxyProcess, out: Path, end: int, retries: int
+               ) -> subprocess.CompletedProcess:
+    """`volume-stream export` in its own process, its warehouse seen through the proxy (the
+    status table named after `out`)."""
+    env = child_env(proxy.endpoint)
+    env["VOLUME_STREAM_STORAGE_OPTIONS"] = json.dumps({"AWS_ENDPOINT_URL": proxy.endpoint,
+                                                      "max_retries": "0"})
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "volume-stream"), "export", "multi", "--warehouse",
+         uri, "--start-ms", "0", "--end-ms", str(end), "--out", str(out), "--status-table",
+         f"status_{out.name}", "--max-retries", str(retries), "--safety-lag-ms", "0"],
+        capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_the_cli_retries_then_a_failed_run_resumes_without_loss_or_duplicates(
+        s3_env, s3_bucket, tmp_path, ev):
+    """Issue 25 item 3: `--max-retries N` outlives injected 500/503s; a run with
+    `--max-retries 0` fails on the first one (exit 1, one line naming what failed), and
+    running it again once the faults are over resumes from the status table: every row once.
+    Four shards, so a failed run may have finished some of them, which the next run skips."""
+    uri = f"s3://{s3_bucket}/wh"
+    cat = vs.connect(uri)
+    (tmp_path / "data").mkdir()
+    cat.create_volume("multi", str(tmp_path / "data"), shards=4)
+    table = cat.directory_table("multi")
+    table.apply([ev.put(f"d/{i}.txt", i + 1) for i in range(24)])
+    table.apply([ev.put(f"d/{i}.txt", 100) for i in range(0, 24, 3)] + [ev.rm("d/1.txt")])
+    end = int(time.time() * 1000) + 1
+    while time.time() * 1000 <= end:  # the range has ended
+        time.sleep(0.001)
+    clean = cat.export_changes("multi", safety_lag_ms=0, start_ms=0, end_ms=end,
+                               out=tmp_path / "clean")
+    assert clean.records == 24 + 9
+    with FaultyProxyProcess(s3_env, rate=0.05, faults=FAULTS, seed=3, paused=True) as proxy:
+        proxy.resume()
+        retried = export_cli(uri, proxy, tmp_path / "retried", end, retries=30)
+        assert retried.returncode == 0, retried.stderr
+        totals = json.loads(retried.stdout.strip().splitlines()[-1])
+        assert totals["retries"] > 0 and totals["records"] == clean.records
+        assert rows_of(tmp_path / "retried") == rows_of(tmp_path / "clean")
+
+        failed = export_cli(uri, proxy, tmp_path / "again", end, retries=0)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr
+        # a failed step names the volume; opening the warehouse (before any export step,
+        # not retried by the export) names the warehouse
+        assert ("'multi'" in failed.stderr and "after 0 retries" in failed.stderr) or \
+            f"warehouse {uri}" in failed.stderr, failed.stderr
+        proxy.pause()                                # the faults are over: run it again
+        resumed = export_cli(uri, proxy, tmp_path / "again", end, retries=0)
+        assert resumed.returncode == 0, resumed.stderr
+        counts = proxy.counts()
+    assert counts.get("error500", 0) + counts.get("slowdown503", 0) > 0
+    assert rows_of(tmp_path / "again") == rows_of(tmp_path / "clean")   # none lost, no dup

@@ -324,6 +324,7 @@ def test_pairing_of_a_version_merges_delete_insert_and_drops_noops():
     from directory_table.layout import Layout
     from directory_table.table import _CDF_SCHEMA
     from volume_stream.shards.model import Shard
+    from volume_stream.shards.pages import window_records
     from volume_stream.shards.reader import shard_window
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -348,7 +349,7 @@ def test_pairing_of_a_version_merges_delete_insert_and_drops_noops():
 
     shard = Shard("shardId-00000000000000000000-00000000", None, None, "1", None)
     window = shard_window(Table(), shard, 1, 3)
-    recs = window.records(0, len(window), shard, "NEW_AND_OLD_IMAGES", lambda v: t0)
+    recs = window_records(window, 0, len(window), shard, "NEW_AND_OLD_IMAGES", lambda v: t0)
     assert [(r.event_name, r.key["relative_path"], r.commit_version, r.sequence_number[-2:])
             for r in recs] == [("MODIFY", "b", 3, "00"), ("REMOVE", "gone", 3, "01")]
     assert recs[0].old_image["size"] == 3 and recs[0].new_image["size"] == 4

@@ -6,8 +6,9 @@ of botocore's `dynamodbstreams` service model, errors are `{"__type": ..., "mess
 HTTP 400 (`ResourceNotFoundException`, `ExpiredIteratorException`,
 `TrimmedDataAccessException`, `ValidationException`), as DynamoDB sends them. A volume is a
 "table" whose key schema is `relative_path` (HASH); a change-tracked SQL table is one too,
-keyed by its hidden row id `_vs_row_id` (or the key column its change log was given). Images
-are typed attribute maps (`{"S": ...}`, numbers `{"N": "..."}`).
+keyed by its change log's key: the table's declared key (its first column HASH, any others
+RANGE), else the hidden row id `_vs_row_id`, or the key its change log was given. Images are
+typed attribute maps (`{"S": ...}`, numbers `{"N": "..."}`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from volume_stream.errors import (
     TrimmedDataError,
     VolumeStreamError,
 )
-from volume_stream.serve.records_json import records_json
+from volume_stream.serve.records_json import page_json
 from volume_stream.shards import ChangeLog, list_change_logs
 from volume_stream.shards.iterators import IteratorSigner
 from volume_stream.shards.log import DEFAULT_ACCOUNT, DEFAULT_REGION, MAX_BYTES, owner_id
@@ -98,6 +99,11 @@ def _limit(body: dict[str, Any], top: int) -> int:
                        f"at 'limit' failed to satisfy constraint: Member must have value less "
                        f"than or equal to {top} and greater than or equal to 1")
     return value
+
+
+def _key_columns(source: Any) -> tuple[str, ...]:
+    key = source.key
+    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def _required(body: dict[str, Any], name: str) -> str:
@@ -226,7 +232,8 @@ class StreamsApi:
             "CreationRequestDateTime": datetime.fromisoformat(
                 log.stream["created_at"]).timestamp(),
             "TableName": log.volume,
-            "KeySchema": [{"AttributeName": log.source.key, "KeyType": "HASH"}],
+            "KeySchema": [{"AttributeName": k, "KeyType": "RANGE" if i else "HASH"}
+                          for i, k in enumerate(_key_columns(log.source))],
             "Shards": described}
         if len(shards) > limit:
             desc["LastEvaluatedShardId"] = page[-1].shard_id
@@ -251,5 +258,5 @@ class StreamsApi:
             log = self._log(str(payload.get("vol")), str(payload.get("label")))
         except NotFoundError as exc:
             raise ExpiredIteratorError(f"the change log of this iterator is gone: {exc}") from exc
-        page = log.get_records(token, limit, max_bytes=MAX_BYTES)
-        return records_json(page.records, log.view_type, self.region, page.next_iterator)
+        page, next_iterator = log.get_records_arrow(token, limit, max_bytes=MAX_BYTES)
+        return page_json(page, log.view_type, self.region, next_iterator)

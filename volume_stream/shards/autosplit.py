@@ -18,6 +18,7 @@ from volume_stream.errors import converted
 from volume_stream.shards import meta as shard_meta
 from volume_stream.shards.log import ChangeLog
 from volume_stream.shards.model import Shard
+from volume_stream.shards.sources import key_texts
 
 __all__ = ["auto_split", "shard_rates"]
 
@@ -45,7 +46,7 @@ def shard_rates(log: ChangeLog, window_s: float, now: datetime | None = None
             a = max(min(recent) - 1, shard.start_version)
             cdf = log.source.changes(a, max(recent), shard)
             keys = set(zip(cdf["_commit_version"].to_pylist(),
-                           cdf[log.source.key].to_pylist(), strict=True))
+                           key_texts(cdf, log.source.key), strict=True))
             rates[shard.shard_id] = len(keys) / window_s
     return rates
 

@@ -1,5 +1,5 @@
 """DataX-style export of a change log (the OTSStream Reader's contract): a volume's, or a
-change-tracked SQL table's (its key column in place of `relative_path`).
+change-tracked SQL table's (its key column or columns in place of `relative_path`).
 
     cat.export_changes("landing", start_ms=A, end_ms=B, out="/exports/landing",
                        format="parquet", status_table="landing_export")
@@ -84,8 +84,9 @@ _STATUS_SCHEMA = pa.schema([
 VOLUME_KEY = pa.field("relative_path", pa.string())
 
 
-def _schema(sequence_info: bool, key: pa.Field = VOLUME_KEY) -> pa.Schema:
-    fields = [(key.name, key.type), ("column_name", pa.string()),
+def _schema(sequence_info: bool, key: pa.Field | list[pa.Field] = VOLUME_KEY) -> pa.Schema:
+    keys = [key] if isinstance(key, pa.Field) else key
+    fields = [(k.name, k.type) for k in keys] + [("column_name", pa.string()),
               ("version", pa.int64()), ("column_value", pa.string()), ("op_type", pa.string())]
     return pa.schema(fields + ([("sequence_info", pa.string())] if sequence_info else []))
 
@@ -161,12 +162,12 @@ def _text(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
     return pc.cast(col, pa.string())
 
 
-def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
-                sequence_info: bool, key: pa.Field = VOLUME_KEY) -> tuple[pa.Table, int]:
+def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int, sequence_info:
+                bool, key: pa.Field | list[pa.Field] = VOLUME_KEY) -> tuple[pa.Table, int]:
     """(the DataX rows, the number of records) of a window's records committed in [a, b),
     built column-wise: per record a `DR` row if it had an old image (MODIFY, REMOVE), then a
     `U` row per non-null public column of its new image (INSERT, MODIFY); the first column is
-    the change log's key (`key`: `relative_path`, or a table's key column)."""
+    the change log's key (`key`: `relative_path`, or a table's key column or columns)."""
     schema = _schema(sequence_info, key)
     if not len(window):
         return schema.empty_table(), 0
@@ -183,13 +184,14 @@ def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int,
             window.version[keep].tolist(), window.row[keep].tolist(), strict=True)], object)
     parts, order = [], []
     t = window.rows
-    values_of = [c for c in window.columns if c != key.name]
+    keys = [key] if isinstance(key, pa.Field) else key
+    values_of = [c for c in window.columns if c not in {k.name for k in keys}]
     width = len(values_of) + 1
 
     def part(rec: np.ndarray, src: np.ndarray, name: str | None, values: Any, op: str,
              slot: int) -> None:
         n = len(rec)
-        cols = {key.name: pc.cast(t[key.name].take(pa.array(src)), key.type),
+        cols = {**{k.name: pc.cast(t[k.name].take(pa.array(src)), k.type) for k in keys},
                 "column_name": pa.array([name] * n, pa.string()),
                 "version": pa.array(ms[rec]),
                 "column_value": values if values is not None else pa.nulls(n, pa.string()),
@@ -365,14 +367,14 @@ class _Exporter:
             self.record(shard.shard_id, stop, True, 0)
 
 
-def _key_field(target: Target) -> pa.Field:
-    """The first column of the export rows: `relative_path`, or the table's key column."""
+def _key_field(target: Target) -> pa.Field | list[pa.Field]:
+    """The first columns of the export rows: `relative_path`, or the table's key column(s)."""
     if target.kind == "volume":
         return VOLUME_KEY
-    key = target.source.key
-    if key == ROW_ID:
+    if target.source.key == ROW_ID:
         return pa.field(ROW_ID, pa.int64())
-    return target.source.store.schema(target.name).field(key)
+    schema = target.source.store.schema(target.name)
+    return [schema.field(k) for k in target.source.key_columns]
 
 
 def _version_window(source: Any, a: int, b: int, what: str) -> tuple[int, int] | None:

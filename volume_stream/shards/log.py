@@ -18,11 +18,12 @@ warehouse catalog (`shards.meta`), the records come from the directory table
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from itertools import accumulate
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from volume_stream.errors import (
     ExpiredIteratorError,
@@ -37,13 +38,14 @@ from volume_stream.shards.model import (
     ITERATOR_KINDS,
     MAX_ROW,
     Position,
-    Record,
     RecordsPage,
     Shard,
     parse_sequence_number,
 )
-from volume_stream.shards.reader import CommitTimes, Window, shard_windows
+from volume_stream.shards.pages import arrow_page, page_records
+from volume_stream.shards.reader import CommitTimes, Window, empty_window, shard_windows
 from volume_stream.shards.sources import TableSource, VolumeSource
+from volume_stream.tables.keys import key_columns
 from volume_stream.tables.store import ROW_ID
 
 __all__ = ["DEFAULT_ACCOUNT", "DEFAULT_REGION", "ChangeLog", "Target", "disable_change_log",
@@ -79,7 +81,7 @@ def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str,
         taken = set(names)
         store = catalog.tables
         names += [t for t in store.names() if t not in taken and store.change_tracking(t)
-                  and store.has_row_ids(t)]
+                  and (store.has_row_ids(t) or store.key(t))]
     out = []
     now = datetime.now(UTC)
     for name in names:
@@ -107,11 +109,18 @@ def owner_id(catalog: Any, name: str) -> str:
         return catalog.tables.table_id(name)
 
 
+def _stored_key(key: Any) -> str | list[str] | None:
+    """A key as the change log's metadata keeps it: a name, or a list of several."""
+    cols = key_columns(key)
+    return None if not cols else cols[0] if len(cols) == 1 else list(cols)
+
+
 class Target:
     """What a change log belongs to: a volume, or (when no volume has the name) a change-tracked
-    SQL table keyed by `key` (default the hidden row id; once stored, the log's own)."""
+    SQL table keyed by `key` (a column or a list of them; default: once stored, the log's own,
+    else the table's declared key, else the hidden row id)."""
 
-    def __init__(self, catalog: Any, name: str, key: str | None = None):
+    def __init__(self, catalog: Any, name: str, key: str | list[str] | None = None):
         store = catalog.tables
         self.name = name
         if _is_volume(catalog, name) or not store.exists(name):
@@ -132,9 +141,9 @@ class Target:
         stored = catalog.warehouse.read().get((shard_meta.CHANGE_LOG, self.meta_name))
         if key is None and stored and stored.get("volume_id") == self.owner_id:
             key = stored.get("key")
-        self.source = TableSource(store, name, key or ROW_ID)
+        self.source = TableSource(store, name, key or store.key(name) or ROW_ID)
         self.spec, self.table, self.created = None, None, None
-        self.key = self.source.key
+        self.key = _stored_key(self.source.key)
         self.retention_days = TABLE_RETENTION_DAYS
         self.start_version = (0 if stored and stored.get("volume_id") == self.owner_id
                               else self.source.tracked_since())
@@ -146,9 +155,12 @@ class Target:
 
 
 def enable_change_log(catalog: Any, name: str, *, view_type: str = "NEW_AND_OLD_IMAGES",
-                      shards: int = 1, key: str | None = None) -> None:
+                      shards: int = 1, key: str | list[str] | None = None) -> None:
     """Start a new stream (new label) of the change log of volume or table `name` from its
-    latest version on."""
+    latest version on; a table's is keyed by `key` (a column or a list), else by its declared
+    key, else by the previous stream's key (the hidden row id at first)."""
+    if key is None and not _is_volume(catalog, name) and catalog.tables.exists(name):
+        key = _stored_key(catalog.tables.key(name))
     target = Target(catalog, name, key)
     with converted(f"{target.kind} {name!r}"):
         shard_meta.enable(catalog.warehouse, target.meta_name, target.source.buckets(),
@@ -172,7 +184,8 @@ class ChangeLog:
 
     def __init__(self, catalog: Any, volume: str, *, label: str | None = None,
                  region: str = DEFAULT_REGION, account_id: str = DEFAULT_ACCOUNT,
-                 clock: Callable[[], float] = time.time, key: str | None = None):
+                 clock: Callable[[], float] = time.time,
+                 key: str | list[str] | None = None):
         if not (isinstance(account_id, str) and len(account_id) == 12 and account_id.isdigit()):
             raise InvalidInputError(f"account_id must be 12 digits, not {account_id!r}")
         self.catalog, self.volume = catalog, volume
@@ -192,7 +205,8 @@ class ChangeLog:
                                 [s for s, v in streams.items()
                                  if not _expired(v, self.retention_days, datetime.now(UTC))])
         stream_key = self.stream.get("key") or self.meta.get("key")
-        if self.kind == "table" and stream_key and stream_key != self.source.key:
+        if self.kind == "table" and stream_key and key_columns(stream_key) != \
+                self.source.key_columns:
             if key is not None:
                 raise InvalidInputError(f"stream {self.stream['label']} of table {volume!r} is "
                                         f"keyed by {stream_key!r}, not {key!r}")
@@ -203,6 +217,7 @@ class ChangeLog:
         #: windows read for a shard's siblings along with its own (`_window`)
         self._ahead: dict[tuple[str, int, int], Window] = {}
         self._share = True
+        self._empty: Window | None = None
         #: {shard id: (shard, last version known)}: what `_state` read, reused until a
         #: reader has caught up with it (consistent: the version was read before the catalog)
         self._known: dict[str, tuple[Shard, int]] = {}
@@ -373,17 +388,44 @@ class ChangeLog:
                 f"again from TRIM_HORIZON")
 
     # ------------------------------------------------------------------ records
-    def get_records(self, iterator: str, limit: int = MAX_LIMIT, *,
-                    max_bytes: int = MAX_BYTES) -> RecordsPage:
-        """Up to `limit` (≤ 1000) records, about `max_bytes` at most, after the iterator's
-        position; `next_iterator` continues after the last one (None once a closed shard is
-        drained).
+    def get_records_arrow(self, iterator: str, limit: int = MAX_LIMIT, *,
+                          max_bytes: int = MAX_BYTES) -> tuple[pa.Table, str | None]:
+        """(page, next iterator): up to `limit` (≤ 1000) records, about `max_bytes` at most,
+        after the iterator's position, as an Arrow table with the columns of
+        `shards.pages.RECORD_COLUMNS` (sequence_number, event_name, keys, old_image,
+        new_image as struct columns, shard_id, commit_version, commit_timestamp,
+        size_bytes); the next iterator continues after the last one (None once a closed
+        shard is drained). `get_records` and the endpoint's GetRecords are views of it.
 
         Raises:
             ExpiredIteratorError: expired, forged, or of another change log.
             TrimmedDataError: the position is older than retention keeps.
         """
-        if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        slices, shard, token, window = self._read(iterator, limit, max_bytes)
+        if window is None:
+            if self._empty is None:
+                self._empty = empty_window(self.source)
+            window = self._empty
+        return arrow_page(slices, shard, self.view_type, self._times, window), token
+
+    def get_records(self, iterator: str, limit: int = MAX_LIMIT, *,
+                    max_bytes: int = MAX_BYTES) -> RecordsPage:
+        """Up to `limit` (≤ 1000) records, about `max_bytes` at most, after the iterator's
+        position; `next_iterator` continues after the last one (None once a closed shard is
+        drained). The records are views over `get_records_arrow`'s table.
+
+        Raises:
+            ExpiredIteratorError: expired, forged, or of another change log.
+            TrimmedDataError: the position is older than retention keeps.
+        """
+        table, token = self.get_records_arrow(iterator, limit, max_bytes=max_bytes)
+        return RecordsPage(page_records(table), token)
+
+    def _read(self, iterator: str, limit: int, max_bytes: int
+              ) -> tuple[list[tuple[Window, int, int]], Shard, str | None, Window | None]:
+        """(slices (window, i, j) of the page's records in order, the shard, the next
+        iterator, a window whose columns an empty page takes)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit must be from 1 to {MAX_LIMIT}, not {limit!r}")
         payload = self._signer.verify(iterator, self.clock())
         if (payload.get("vid"), payload.get("vol"), payload.get("label")) != (
@@ -396,41 +438,51 @@ class ChangeLog:
             shard, hi = known  # versions known but not read yet: no need to look again
         else:
             shard, hi = self._known[payload["shard"]] = self._state(payload["shard"])
+        keep_old = self.view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
+        keep_new = self.view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
+        slices: list[tuple[Window, int, int]] = []
+        sizes: list[np.ndarray] = []
+        count, window = 0, None
         with converted(f"{self.kind} {self.volume!r}"):
             oldest = self.oldest_version()
             self._check_kept(pos, oldest, shard.shard_id)
             hi = max(hi, shard.start_version)
-            records: list[Record] = []
-            sizes: list[int] = []
             a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
             ran = False
-            while a < hi and len(records) <= limit:
+            while a < hi and count <= limit:
                 ran = True
                 g = max(a - a % WINDOW, shard.start_version, oldest)  # windows on a fixed grid
                 b = min(hi, g + WINDOW)
                 window = self._window(shard, g, b, oldest)
                 i = window.after(*pos)
-                page = window.page(i, i + limit + 1 - len(records), shard, self.view_type,
-                                   self._times)
-                if page is not None:
-                    records += page.records()
-                    sizes += page.sizes
+                j = min(len(window), i + limit + 1 - count)
+                if j > i:
+                    slices.append((window, i, j))
+                    sizes.append(window.sizes(window.old[i:j], window.new[i:j], keep_old,
+                                              keep_new))
+                    count += j - i
                 a = b
-        cut = False
-        if len(records) > limit:
-            records, cut = records[:limit], True
+        keep = min(count, limit)
         # the records up to the first whose running size passes max_bytes (at least one)
-        fit = max(1, bisect_right(list(accumulate(sizes[:len(records)])), max_bytes))
-        if fit < len(records):
-            records, cut = records[:fit], True
+        if keep:
+            running = np.cumsum(np.concatenate(sizes)[:keep])
+            keep = min(keep, max(1, int(np.searchsorted(running, max_bytes, side="right"))))
+        cut = keep < count
         if cut:
-            last = records[-1]
-            nxt: Position = (last.commit_version, last.row)
+            trimmed, left = [], keep
+            for w, i, j in slices:
+                if left <= 0:
+                    break
+                trimmed.append((w, i, min(j, i + left)))
+                left -= min(j, i + left) - i
+            slices = trimmed
+            w, _, j = slices[-1]
+            nxt: Position = (int(w.version[j - 1]), int(w.row[j - 1]))
         else:
             nxt = (a, MAX_ROW) if ran else pos  # every version up to `a` was read whole
         if shard.closed and not cut and nxt[0] >= shard.end_version:
-            return RecordsPage(records, None)
-        return RecordsPage(records, self._token(shard, nxt))
+            return slices, shard, None, window
+        return slices, shard, self._token(shard, nxt), window
 
     # ------------------------------------------------------------------ changes
     def reshard(self, n: int) -> list[Shard]:

@@ -86,7 +86,7 @@ def _volume_id(state: CatalogState, volume: str, given: str | None = None) -> st
 def ensure(warehouse: Warehouse, volume: str, buckets: int, *, shards: int = 1,
            view_type: str = "NEW_AND_OLD_IMAGES", start_version: int = 0,
            created: datetime | None = None, owner_id: str | None = None,
-           key: str | None = None) -> dict[str, Any]:
+           key: str | list[str] | None = None) -> dict[str, Any]:
     """The volume's change log metadata, created (enabled, `shards` shards from
     `start_version`) if the volume has none."""
     view_type = check_view_type(view_type)
@@ -244,7 +244,7 @@ def disable(warehouse: Warehouse, volume: str, version: Callable[[], int]) -> No
 
 def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
            view_type: str = "NEW_AND_OLD_IMAGES", shards: int = 1,
-           owner_id: str | None = None, key: str | None = None) -> dict[str, Any]:
+           owner_id: str | None = None, key: str | list[str] | None = None) -> dict[str, Any]:
     """A new stream (new label) from `version` on; InvalidInputError if one is enabled."""
     view_type = check_view_type(view_type)
 

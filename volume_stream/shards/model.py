@@ -111,19 +111,20 @@ class Shard:
             end_version=end, hash_buckets=hash_buckets)
 
 
-class Keys:
-    """The keys of a page's records: one key column's values."""
+class Keys(list):
+    """Keys of stand-alone records (`Record.of`): `keys[k]` is a new dict each time."""
 
-    __slots__ = ("name", "values")
+    __slots__ = ()
 
-    def __init__(self, name: str, values: list[Any]):
-        self.name, self.values = name, values
+    def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
+        return dict(super().__getitem__(k))
 
 
 class PageColumns:
     """The columns of one page of records, which its `Record`s are views over: plain lists
-    (one item per record), the images and keys made by `make_*` on first use (a subclass,
-    `shards.reader`, builds them from Arrow columns then; here they are given)."""
+    (one item per record), the keys and images made by `make_*` on first use (a subclass,
+    `shards.pages.ArrowPage`, builds them from Arrow columns then; here they are given).
+    `keys[k]`, `old_images[k]`, `new_images[k]`: record k's dict (a new one for keys)."""
 
     __slots__ = ("commit_timestamps", "commit_versions", "event_names", "keys", "new_images",
                  "old_images", "rows", "sequence_numbers", "shard_id", "sizes")
@@ -131,14 +132,14 @@ class PageColumns:
     def __init__(self, sequence_numbers: list[str], event_names: list[str],
                  commit_versions: list[int], rows: list[int],
                  commit_timestamps: list[datetime], shard_id: str, sizes: list[int],
-                 keys: Keys | None = None, old_images: list | None = None,
+                 keys: Any = None, old_images: list | None = None,
                  new_images: list | None = None):
         self.sequence_numbers, self.event_names = sequence_numbers, event_names
         self.commit_versions, self.rows = commit_versions, rows
         self.commit_timestamps, self.shard_id, self.sizes = commit_timestamps, shard_id, sizes
         self.keys, self.old_images, self.new_images = keys, old_images, new_images
 
-    def make_keys(self) -> Keys:
+    def make_keys(self) -> Any:
         return self.keys
 
     def make_old_images(self) -> list[dict[str, Any] | None]:
@@ -173,11 +174,10 @@ class Record:
         if version != commit_version:
             raise InvalidInputError(f"sequence number {sequence_number} is not of version "
                                     f"{commit_version}")
-        if len(key) != 1:
-            raise InvalidInputError(f"a record's key has one column, not {key!r}")
-        (name, value), = key.items()
+        if not key:
+            raise InvalidInputError(f"a record's key has at least one column, not {key!r}")
         return cls(PageColumns([str(sequence_number)], [event_name], [commit_version], [row],
-                               [commit_timestamp], shard_id, [size_bytes], Keys(name, [value]),
+                               [commit_timestamp], shard_id, [size_bytes], Keys([dict(key)]),
                                [old_image], [new_image]), 0)
 
     @property
@@ -211,11 +211,11 @@ class Record:
 
     @property
     def key(self) -> dict[str, Any]:
-        """A new dict {key column: value} each time."""
+        """A new dict {key column: value, ...} each time."""
         keys = self._p.keys
         if keys is None:
             keys = self._p.make_keys()
-        return {keys.name: keys.values[self._k]}
+        return keys[self._k]
 
     @property
     def old_image(self) -> dict[str, Any] | None:

@@ -6,10 +6,11 @@ the change data feed of versions (after, up_to] restricted to a shard's buckets:
 
 - `VolumeSource`: key `relative_path`, the directory table's public columns and buckets; the
   CDF is read bucket-pruned by `DirectoryTable.changes(buckets=...)`.
-- `TableSource`: a SQL table with change tracking on; key its `key` column (default the hidden
-  row id `_vs_row_id`, which UPDATE and MERGE keep), images its visible columns, bucket
-  `crc32(str(key)) % TABLE_BUCKETS` (`directory_table.layout.bucket_of`, as volumes hash
-  paths); the CDF is read whole and filtered to the shard's buckets.
+- `TableSource`: a SQL table with change tracking on; key its `key` column(s) (its declared
+  key, `tables.keys`; else the hidden row id `_vs_row_id`, which UPDATE and MERGE keep),
+  images its visible columns, bucket `crc32(str(key)) % TABLE_BUCKETS` (several columns:
+  their `str`s joined by U+001F; `directory_table.layout.bucket_of`, as volumes hash paths);
+  the CDF is read whole and filtered to the shard's buckets.
 """
 
 from __future__ import annotations
@@ -23,15 +24,25 @@ import pyarrow.compute as pc
 
 from directory_table import DirectoryTable
 from directory_table.layout import bucket_of
-from directory_table.schema import PUBLIC_COLUMNS
+from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from volume_stream.errors import InvalidInputError
 from volume_stream.shards.model import Shard
+from volume_stream.tables.keys import key_columns
 from volume_stream.tables.store import CDF, ROW_ID, TableStore
 
-__all__ = ["TABLE_BUCKETS", "TableSource", "VolumeSource", "row_sizes"]
+__all__ = ["TABLE_BUCKETS", "TableSource", "VolumeSource", "key_texts", "row_sizes"]
 
 #: the hash buckets of a table's change log (its shards are ranges of them)
 TABLE_BUCKETS = 64
+
+
+def key_texts(cdf: pa.Table, key: str | tuple[str, ...]) -> list[str]:
+    """What a table's key hashes as, per row: `str(value)` of a one-column key (as before
+    keys could have several columns), else the columns' `str`s joined by U+001F."""
+    if isinstance(key, str):
+        return [str(k) for k in cdf[key].to_pylist()]
+    return ["\x1f".join(map(str, values))
+            for values in zip(*(cdf[k].to_pylist() for k in key), strict=True)]
 
 
 def _keep(keys: list[Any], shard: Shard, buckets: int) -> pa.Array:
@@ -59,6 +70,10 @@ class VolumeSource:
 
     def buckets(self) -> int:
         return self.table.layout().buckets
+
+    def schema(self) -> pa.Schema:
+        """The public columns' types."""
+        return pa.schema([TABLE_SCHEMA.field(c) for c in PUBLIC_COLUMNS])
 
     def version(self) -> int:
         return self.table.version()
@@ -93,28 +108,43 @@ class VolumeSource:
 
 
 class TableSource:
-    """A change-tracked warehouse table of `store`."""
+    """A change-tracked warehouse table of `store`, keyed by `key`: the hidden row id, a
+    column, or several (a list; `key` is then a tuple, else a name; `key_columns` a tuple)."""
 
     kind = "table"
 
-    def __init__(self, store: TableStore, name: str, key: str = ROW_ID):
-        self.store, self.name, self.key = store, name, key
+    def __init__(self, store: TableStore, name: str,
+                 key: str | list[str] | tuple[str, ...] = ROW_ID):
+        columns = key_columns(key)
+        if not columns:
+            raise InvalidInputError(f"table {name!r}: a change log's key names a column, not "
+                                    f"{key!r}")
+        self.store, self.name = store, name
+        self.key_columns: tuple[str, ...] = columns
+        self.key: str | tuple[str, ...] = columns[0] if len(columns) == 1 else columns
         if not store.change_tracking(name):
             raise InvalidInputError(
                 f"table {name!r} does not have change tracking on, so it has no change log; "
                 f"run ALTER TABLE {name} SET PROPERTIES ('change_tracking' = 'true')")
         self.columns = tuple(store.schema(name).names)
-        if key == ROW_ID and not store.has_row_ids(name):
+        if self.key == ROW_ID and not store.has_row_ids(name):
             raise InvalidInputError(
                 f"table {name!r} was not created by volume-stream (no row ids): give its "
-                f"change log a key column (key=...)")
-        if key != ROW_ID and key not in self.columns:
-            raise InvalidInputError(f"table {name!r} has no column {key!r} to key its change "
-                                    f"log by; columns: {', '.join(self.columns)}")
+                f"change log a key column (key=...), or declare one "
+                f"(ALTER TABLE {name} SET TBLPROPERTIES ('key' = '...'))")
+        for k in columns:
+            if k != ROW_ID and k not in self.columns:
+                raise InvalidInputError(f"table {name!r} has no column {k!r} to key its change "
+                                        f"log by; columns: {', '.join(self.columns)}")
         self.log_path = f"{store.path(name)}/_delta_log"
 
     def buckets(self) -> int:
         return TABLE_BUCKETS
+
+    def schema(self) -> pa.Schema:
+        """The visible columns' types (and the hidden row id's when it keys the log)."""
+        schema = self.store.schema(self.name)
+        return schema.append(pa.field(ROW_ID, pa.int64())) if self.key == ROW_ID else schema
 
     def tracked_since(self) -> int:
         """The version that turned change tracking on (the CDF is readable after it): the
@@ -152,7 +182,7 @@ class TableSource:
                 out.append(cdf)
                 continue
             if n not in hashed:
-                hashed[n] = np.array([bucket_of(str(k), n) for k in cdf[self.key].to_pylist()],
+                hashed[n] = np.array([bucket_of(k, n) for k in key_texts(cdf, self.key)],
                                      np.int64)
             b = hashed[n]
             out.append(cdf.filter(pa.array((b >= shard.bucket_lo) & (b < shard.bucket_hi))))

@@ -208,7 +208,8 @@ def _create_stream(catalog, stmt: ddl.CreateStream) -> SqlResult:
 
 # ---------------------------------------------------------------------- tables
 #: Delta table properties by their upper-cased SQL spelling
-_TABLE_PROPS = {"CHANGE_TRACKING": "change_tracking",
+_TABLE_PROPS = {"CHANGE_TRACKING": "change_tracking", "KEY": "key",
+               "VOLUME_STREAM.KEY": "volume_stream.key",
                 **{k.upper(): k for k in ("delta.enableChangeDataFeed", "delta.appendOnly",
                                           "delta.logRetentionDuration",
                                           "delta.deletedFileRetentionDuration")}}

@@ -125,18 +125,28 @@ def _query(catalog, statement: Statement, udfs: set[str], node: exp.Expression, 
 
 
 # ---------------------------------------------------------------------- statements
-def _columns(schema: exp.Schema) -> list[Column]:
-    out = []
+def _columns(schema: exp.Schema) -> tuple[list[Column], list[str]]:
+    """The columns and the declared key (`PRIMARY KEY (a, b)`, or `a INT PRIMARY KEY`)."""
+    out, key = [], []
     for col in schema.expressions:
+        if isinstance(col, exp.PrimaryKey):
+            if key:
+                raise InvalidInputError("a table has one PRIMARY KEY, not two")
+            key = [e.name for e in col.expressions]
+            continue
         if not isinstance(col, exp.ColumnDef):
             raise InvalidInputError(f"unsupported table element {col.sql(dialect='spark')!r}")
         comment = None
         for constraint in col.args.get("constraints") or []:
             if isinstance(constraint.kind, exp.CommentColumnConstraint):
                 comment = constraint.kind.this.name
+            elif isinstance(constraint.kind, exp.PrimaryKeyColumnConstraint):
+                if key:
+                    raise InvalidInputError("a table has one PRIMARY KEY, not two")
+                key = [col.name]
         kind = col.args.get("kind")
         out.append(Column(col.name, kind.sql(dialect="spark") if kind else "", comment))
-    return out
+    return out, key
 
 
 def _create(catalog, statement: Statement, tree: exp.Create, udfs: set[str]) -> SqlResult:
@@ -160,7 +170,8 @@ def _create(catalog, statement: Statement, tree: exp.Create, udfs: set[str]) -> 
             comment = prop.this.name
     source = tree.args.get("expression")
     if source is None:
-        store.create(stored, _columns(tree.this), comment=comment, replace=replace)
+        columns, key = _columns(tree.this)
+        store.create(stored, columns, comment=comment, replace=replace, key=key)
         return _result(statement, "CREATE TABLE", f"created table {stored} at "
                                                   f"{store.path(stored)}")
 

@@ -48,6 +48,7 @@ from volume_stream.errors import (
     VolumeStreamError,
 )
 from volume_stream.tables.expressions import to_delta, to_delta_predicate
+from volume_stream.tables.keys import KEY_PROPERTY, check_key, key_columns, parse_key
 from volume_stream.tables.types import arrow_type, conform, sql_type
 from volume_stream.warehouse import check_name
 from volume_stream.warehouse.location import Location, storage_error
@@ -57,7 +58,7 @@ __all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "TableSto
 ROW_ID, ROW_VERSION = "_vs_row_id", "_vs_row_version"
 HIDDEN = (ROW_ID, ROW_VERSION)
 CDF = "delta.enableChangeDataFeed"
-_PROPERTIES = {"change_tracking": CDF}
+_PROPERTIES = {"change_tracking": CDF, "key": KEY_PROPERTY}
 _ATTEMPTS = 20
 _STACK = 256 * 1024 * 1024
 TABLE = "table"
@@ -198,6 +199,10 @@ class TableStore:
     def table_id(self, name: str) -> str:
         return self.open(name).metadata().id
 
+    def key(self, name: str) -> tuple[str, ...]:
+        """The table's declared key columns (`tables.keys`); () when it has none."""
+        return parse_key(self.open(name).metadata().configuration.get(KEY_PROPERTY))
+
     def change_tracking(self, name: str) -> bool:
         conf = self.open(name).metadata().configuration
         return str(conf.get(CDF, "false")).lower() == "true"
@@ -215,8 +220,10 @@ class TableStore:
 
     # ------------------------------------------------------------------ DDL
     def create(self, name: str, columns: list[Column] | pa.Schema, *, comment: str | None = None,
-               if_not_exists: bool = False, replace: bool = False) -> bool:
-        """Create an empty table; returns False if it existed and `if_not_exists`."""
+               if_not_exists: bool = False, replace: bool = False,
+               key: str | list[str] | None = None) -> bool:
+        """Create an empty table (`key`: its declared key columns); returns False if it
+        existed and `if_not_exists`."""
         if isinstance(columns, pa.Schema):
             fields = [pa.field(f.name, f.type, metadata=f.metadata) for f in columns
                       if f.name not in HIDDEN]
@@ -228,6 +235,7 @@ class TableStore:
         if not fields or len(set(names)) != len(names) or any(n in HIDDEN for n in names):
             raise InvalidInputError(f"table {name!r}: columns must be given, with distinct "
                                     f"names other than {', '.join(HIDDEN)}")
+        keys = check_key(name, key_columns(key), [f.name for f in fields])
         if self.occupied(name):
             if if_not_exists:
                 return False
@@ -240,7 +248,9 @@ class TableStore:
             os.makedirs(self.root, exist_ok=True)
         try:
             DeltaTable.create(self.path(name), schema=schema, name=name, description=comment,
-                              storage_options=self.storage_options)
+                              storage_options=self.storage_options,
+                              configuration={KEY_PROPERTY: ",".join(keys)} if keys else None,
+                              raise_if_key_not_exists=False)
         except DeltaError as exc:
             raise VolumeStreamError(f"table {name!r}: could not be created: {exc}") from exc
         return True
@@ -264,9 +274,11 @@ class TableStore:
             if key == CDF and value not in ("true", "false"):
                 raise InvalidInputError(f"table {name!r}: change_tracking takes 'true' or "
                                         f"'false', not {properties!r}")
+            if key == KEY_PROPERTY:  # 'a,b': the declared key, checked and spelled as stored
+                value = ",".join(check_key(name, parse_key(value), self.schema(name).names))
             conf[key] = value
         try:
-            dt.alter.set_table_properties(conf)
+            dt.alter.set_table_properties(conf, raise_if_not_exists=KEY_PROPERTY not in conf)
         except DeltaError as exc:
             raise InvalidInputError(f"table {name!r}: cannot set {conf}: {exc}") from exc
         return self.version(name)

@@ -1,0 +1,210 @@
+"""A page of change records as an Arrow table, and the `Record` views over it.
+
+`arrow_page(slices, shard, view_type, commit_time)` builds the table of `ChangeLog.
+get_records_arrow` from slices of windows (`shards.reader.Window`) column-wise (Arrow takes
+and compute functions, numpy): one row per record, columns `RECORD_SCHEMA` names:
+
+    sequence_number   string      "1" + version (19 digits) + row (10 digits)
+    event_name        string      INSERT | MODIFY | REMOVE
+    keys              struct      the change log's key columns (relative_path, or a table's)
+    old_image         struct      the image before (null for INSERT or when the view type
+    new_image         struct      keeps none); the image after (null for REMOVE ...)
+    shard_id          string
+    commit_version    int64
+    commit_timestamp  timestamp[us, UTC]
+    size_bytes        int64       approximate, as DynamoDB counts (key and kept images)
+
+`ArrowPage` is the `PageColumns` the Python API's `Record`s are views over: the plain
+columns are turned into lists once for the page, keys and images when a record first asks
+(each look makes a new dict; no dict per record is kept). DESIGN §10.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from volume_stream.shards.model import PageColumns, Record, Shard
+from volume_stream.shards.reader import Window, pylist
+
+__all__ = ["RECORD_COLUMNS", "ArrowPage", "Images", "arrow_page", "image_class", "page_records",
+           "struct_images", "window_records"]
+
+RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_image",
+                  "shard_id", "commit_version", "commit_timestamp", "size_bytes")
+_EVENTS = pa.array(["INSERT", "MODIFY", "REMOVE"], pa.string())
+_TS = pa.timestamp("us", tz="UTC")
+#: versions below this pack with the row into one int64 (version * 10**10 + row)
+_ROW_SCALE = 10_000_000_000
+
+
+class Images:
+    """Images (or keys) of a page: `images[k]` is a new dict of record k's values (None when
+    it has none) made from the page's column values, so no dict per record is kept for the
+    page's life; `image_class` makes a subclass per column set whose `__getitem__` is one
+    dict display."""
+
+    __slots__ = ("cols", "pos")
+
+    def __init__(self, pos: list[int], lists: list[list[Any]]):
+        self.pos, self.cols = pos, lists
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+
+_IMAGE_CLASSES: dict[tuple[str, ...], type[Images]] = {}
+
+
+def image_class(columns: tuple[str, ...]) -> type[Images]:
+    """The `Images` subclass of `columns` (their names enter the code only as `repr`s)."""
+    cls = _IMAGE_CLASSES.get(columns)
+    if cls is None:
+        if len(columns) > 200:
+            def getitem(self: Images, k: int) -> dict[str, Any] | None:
+                p = self.pos[k]
+                return None if p < 0 else {c: v[p] for c, v in zip(columns, self.cols,
+                                                                   strict=True)}
+        else:
+            names = [f"_{i}" for i in range(len(columns))]
+            body = ", ".join(f"{c!r}: {n}[p]" for c, n in zip(columns, names, strict=True))
+            code = (f"def getitem(self, k):\n"
+                    f"    p = self.pos[k]\n"
+                    f"    if p < 0:\n"
+                    f"        return None\n"
+                    f"    {', '.join(names)}, = self.cols\n"
+                    f"    return {{{body}}}\n")
+            scope: dict[str, Any] = {}
+            exec(code, scope)  # noqa: S102 (column names are repr literals)
+            getitem = scope["getitem"]
+        cls = type("Images", (Images,), {"__slots__": (), "__getitem__": getitem})
+        _IMAGE_CLASSES[columns] = cls
+    return cls
+
+
+def struct_images(col: pa.ChunkedArray | pa.Array) -> Images | list[None]:
+    """The `Images` of a struct column (None where the struct is null)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    if arr.null_count == n:
+        return [None] * n
+    names = tuple(f.name for f in arr.type)
+    valid = np.ones(n, bool) if arr.null_count == 0 else \
+        pc.is_valid(arr).to_numpy(zero_copy_only=False)
+    pos = np.where(valid, np.arange(n), -1).tolist()
+    return image_class(names)(pos, [pylist(c) for c in arr.flatten()])
+
+
+def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.StructArray:
+    """Rows `idx` of `columns` as a struct column, null where idx is -1."""
+    valid = idx >= 0
+    take = pa.array(np.maximum(idx, 0))
+    children = [rows[c].take(take).combine_chunks() if len(idx) else
+                pa.array([], rows.schema.field(c).type) for c in columns]
+    fields = [rows.schema.field(c) for c in columns]
+    mask = None if valid.all() else pa.array(~valid)
+    return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+
+def _null_struct(rows: pa.Table, columns: tuple[str, ...], n: int) -> pa.Array:
+    return pa.nulls(n, pa.struct([rows.schema.field(c) for c in columns]))
+
+
+def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
+                 commit_time: Callable[[int], datetime]) -> pa.Table:
+    old, new = window.old[i:j], window.new[i:j]
+    keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
+    keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
+    v, r = window.version[i:j], window.row[i:j]
+    n = len(v)
+    if n and int(v.max()) < (2**63 - 1) // _ROW_SCALE - 1:  # "1" + 19 + 10 digits at once
+        digits = pc.utf8_lpad(pc.cast(pa.array(v * _ROW_SCALE + r), pa.string()), 29, "0")
+        seqs = pc.binary_join_element_wise("1", digits, "")
+    else:
+        seqs = pa.array([f"1{a:019d}{b:010d}" for a, b in zip(v.tolist(), r.tolist(),
+                                                              strict=True)], pa.string())
+    events = _EVENTS.take(pa.array(np.where(new >= 0, np.where(old >= 0, 1, 0), 2)))
+    either = np.where(new >= 0, new, old)
+    rows, cols = window.rows, window.columns
+    distinct = np.unique(v)
+    when = pa.array([commit_time(int(x)) for x in distinct.tolist()], _TS)
+    times = when.take(pa.array(np.searchsorted(distinct, v)))
+    return pa.table({
+        "sequence_number": seqs, "event_name": events,
+        "keys": _struct(rows, window.key_columns, either),
+        "old_image": _struct(rows, cols, old) if keep_old else _null_struct(rows, cols, n),
+        "new_image": _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n),
+        "shard_id": pa.array([shard.shard_id] * n, pa.string()),
+        "commit_version": pa.array(v, pa.int64()), "commit_timestamp": times,
+        "size_bytes": pa.array(window.sizes(old, new, keep_old, keep_new), pa.int64())})
+
+
+def arrow_page(slices: list[tuple[Window, int, int]], shard: Shard, view_type: str,
+               commit_time: Callable[[int], datetime], empty: Window | None = None
+               ) -> pa.Table:
+    """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`);
+    `empty` gives the schema when there are none."""
+    parts = [_slice_table(w, i, j, shard, view_type, commit_time) for w, i, j in slices
+             if j > i]
+    if not parts:
+        base = empty if empty is not None else (slices[0][0] if slices else None)
+        if base is None:
+            return pa.table({c: [] for c in RECORD_COLUMNS})
+        return _slice_table(base, 0, 0, shard, view_type, commit_time)
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
+
+
+class ArrowPage(PageColumns):
+    """The `PageColumns` of a page table (`arrow_page`): plain columns as lists at once, keys
+    and images from the struct columns when a record first asks."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        versions = table["commit_version"].to_pylist()
+        seqs = table["sequence_number"].to_pylist()
+        rows = pc.cast(pc.utf8_slice_codeunits(table["sequence_number"], 20),
+                       pa.int64()).to_pylist()
+        times = pylist(table["commit_timestamp"])
+        shard_id = table["shard_id"][0].as_py() if table.num_rows else ""
+        super().__init__(seqs, table["event_name"].to_pylist(), versions, rows, times,
+                         shard_id, table["size_bytes"].to_pylist())
+
+    def records(self) -> list[Record]:
+        n = len(self.sequence_numbers)
+        return list(map(Record, repeat(self, n), range(n)))
+
+    def make_keys(self) -> Images | list[None]:
+        if self.keys is None:
+            self.keys = struct_images(self.table["keys"])
+        return self.keys
+
+    def make_old_images(self) -> Images | list[None]:
+        if self.old_images is None:
+            self.old_images = struct_images(self.table["old_image"])
+        return self.old_images
+
+    def make_new_images(self) -> Images | list[None]:
+        if self.new_images is None:
+            self.new_images = struct_images(self.table["new_image"])
+        return self.new_images
+
+
+def page_records(table: pa.Table) -> list[Record]:
+    """The `Record` views over a page table."""
+    return ArrowPage(table).records() if table.num_rows else []
+
+
+def window_records(window: Window, i: int, j: int, shard: Shard, view_type: str,
+                   commit_time: Callable[[int], datetime]) -> list[Record]:
+    """Records i to j of a window."""
+    return page_records(arrow_page([(window, i, min(j, len(window)))], shard, view_type,
+                                   commit_time, window))
+
