@@ -89,6 +89,19 @@ def test_spark_reads_our_rows_at_every_version(delta_spark, grown):
             judge.rows(table.snapshot(v, columns=COLUMNS), COLUMNS), f"version {v}"
 
 
+def test_spark_filters_through_our_file_statistics(delta_spark, grown):
+    """Spark skips files by the min/max statistics of the add actions: wrong ones would lose
+    rows here."""
+    table, _ = grown
+    df = delta_spark.read.format("delta").load(table.path)
+    ours = judge.rows(table.snapshot(columns=COLUMNS), COLUMNS)
+    for path in ("f0", "f4", "dir/i.csv", "f7"):
+        found = judge.rows(df.where(df.relative_path == path).toArrow(), COLUMNS)
+        assert found == [r for r in ours if r[0] == path], path
+    assert judge.rows(df.where("size > 8 AND _image_version >= 2").toArrow(), COLUMNS) == \
+        [r for r in ours if r[2] > 8 and r[7] >= 2]
+
+
 def test_spark_change_feed_is_ours_version_by_version(delta_spark, grown):
     """Each commit's changes, and the whole range's. (Delta's change feed of a range is the
     union of its commits' feeds; every pair of versions is checked for our writer below.)"""
