@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test soak bench lint clean
+.PHONY: install jars demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
@@ -12,10 +12,17 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e ".[dev]"
+	@echo "==> fetching the JVM jars once into $(VENV)/jars: Delta Lake's Spark connector, and"
+	@echo "    hadoop-aws with the AWS SDK for s3a:// (tests and the demo never download them)"
+	$(PY) -m volume_stream._jars fetch
 	touch $(STAMP)
 	@echo "==> installed: the command is $(VENV)/bin/volume-stream; after . $(VENV)/bin/activate it is on PATH"
 
 install: $(STAMP)
+
+# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
+jars: $(STAMP)
+	$(PY) -m volume_stream._jars fetch
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

@@ -9,6 +9,12 @@ Spark's own output (log4j lines, the JVM's warnings, Python workers' stderr) is 
 terminal unless `verbose` (or `VOLUME_STREAM_VERBOSE=1`): the local JVM is launched with its
 stdout and stderr appended to `spark_log_path()` (`$VOLUME_STREAM_SPARK_LOG`, else
 `volume-stream-spark.log` in the temp folder).
+
+A local JVM started here runs with the jars `make install` fetched into the virtual environment
+(`volume_stream._jars`): with Delta Lake's own Spark connector there, the session has Delta's SQL
+extension and catalog, so `spark.read.format("delta").load(cat.table_path(name))`, the change
+data feed and time travel work on the warehouse's tables (docs/spark-delta.md). Without those
+jars the session is a plain Spark one, as before.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from volume_stream import _jars
 from volume_stream.config.settings import Settings
 from volume_stream.errors import ConfigError
 
-__all__ = ["connect_conf", "get_spark", "interrupted", "is_connect", "remote_url", "spark_log_path"]
+__all__ = ["connect_conf", "get_spark", "interrupted", "is_connect", "jvm_conf", "remote_url",
+           "spark_log_path"]
 
 #: the Spark Connect plugin that serves sc:// clients from inside a driver (ships with pyspark 4)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -121,6 +129,9 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
         .config("spark.sql.warehouse.dir", _spark_warehouse_dir())
         .config("spark.sql.catalogImplementation", "in-memory")
     )
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # a JVM launched here: with our jars
+        for key, value in jvm_conf().items():
+            builder = builder.config(key, value)
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     if quiet:
@@ -239,6 +250,20 @@ def _close(session: Any) -> None:
         session.client.close()
     except Exception:  # noqa: S110 - nothing more to release
         pass
+
+
+def jvm_conf() -> dict[str, str]:
+    """The settings that put the fetched jars on the driver's and executors' class path (they
+    are local files: executors of a local cluster read them in place, nothing is copied) and,
+    when Delta Lake's connector is among them, turn on its SQL extension and catalog."""
+    paths = _jars.class_path()
+    if not paths:
+        return {}
+    joined = os.pathsep.join(paths)
+    conf = {"spark.driver.extraClassPath": joined, "spark.executor.extraClassPath": joined}
+    if _jars.has_delta():
+        conf.update(_jars.DELTA_CONF)
+    return conf
 
 
 def quiet_query_context_loggers() -> None:

@@ -29,7 +29,7 @@ from connectors.protocols import ObjectReader
 from directory_table import DirectoryTable, OptimizeResult
 from directory_table.schema import PUBLIC_COLUMNS
 from volume_stream._spark import get_spark
-from volume_stream.errors import converted
+from volume_stream.errors import InvalidInputError, converted
 from volume_stream.pipelines.pipeline import Pipeline
 from volume_stream.shards import ChangeLog, Shard
 from volume_stream.shards import meta as shard_meta
@@ -236,6 +236,25 @@ class Catalog:
         """The directory table's commits, newest first."""
         with converted(f"volume {volume!r}"):
             return self.directory_table(volume).history(limit)
+
+    def table_path(self, name: str | None = None, *, volume: str | None = None) -> str:
+        """Where the SQL table `name` (or the directory table of `volume`) is stored, as Spark
+        names it (`s3://` as `s3a://`): open it with Delta Lake's own Spark connector,
+
+            spark.read.format("delta").load(cat.table_path("orders"))
+            spark.read.format("delta").option("readChangeFeed", "true") \\
+                .option("startingVersion", 1).load(cat.table_path(volume="landing"))
+
+        (docs/spark-delta.md). NotFoundError if there is no such table or volume."""
+        if (name is None) == (volume is None):
+            raise InvalidInputError("table_path: give a table name or volume=, not both")
+        if volume is not None:
+            with converted(f"volume {volume!r}"):
+                path = self.directory_table(volume).path
+        else:
+            self.tables.open(name)  # NotFoundError (naming the tables there) if none
+            path = self.tables.path(name)
+        return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
 
     def read_directory(self, volume: str, *, version: int | None = None) -> DataFrame:
         """The directory table at its latest (or a given) version, public columns only."""

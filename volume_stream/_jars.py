@@ -1,0 +1,201 @@
+"""The JVM jars volume-stream's local Spark runs with, fetched once by `make install` into the
+virtual environment (`<venv>/jars/`, or `$VOLUME_STREAM_JARS`), so that no test, demo or job
+ever downloads anything while it runs and everything works offline afterwards:
+
+* `delta/`: Delta Lake's own Spark connector (`io.delta:delta-spark_2.13`, the version of the
+  `delta-spark` Python package, with its dependencies), so Spark reads and writes the
+  warehouse's Delta tables with `format("delta")` (docs/spark-delta.md);
+* `s3/`: `org.apache.hadoop:hadoop-aws` of the Hadoop version bundled with PySpark, and the AWS
+  SDK bundle it needs, for `s3a://` paths.
+
+    python -m volume_stream._jars fetch     # what `make install` runs (idempotent)
+    python -m volume_stream._jars status
+
+The resolution is Spark's own (Ivy, `spark.jars.packages`, Maven Central), run once in a
+throwaway JVM; each group's resolved jars are moved into its folder with a `COORDINATES` file
+naming what was resolved, so a version change fetches again. `volume_stream._spark` puts the
+jars of the complete groups on the driver's and executors' class path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["DELTA_CONF", "class_path", "coordinates", "fetch", "jars_dir"]
+
+#: the settings that turn on Delta Lake's SQL extension and catalog (when its jars are present);
+#: a snapshot's log replay in 2 partitions, not 50: the embedded session reads small logs, and
+#: 50 tasks made every time-travel read 3-5x slower on a 2-core machine
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+_MARKER = "COORDINATES"
+
+
+def jars_dir() -> Path:
+    """`$VOLUME_STREAM_JARS`, else `jars/` in the running virtual environment."""
+    configured = os.environ.get("VOLUME_STREAM_JARS")
+    return Path(configured) if configured else Path(sys.prefix) / "jars"
+
+
+def _hadoop_version() -> str:
+    """The Hadoop version bundled with the installed PySpark (its hadoop-client-api jar)."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    for jar in sorted(jars.glob("hadoop-client-api-*.jar")):
+        return jar.name[len("hadoop-client-api-"):-len(".jar")]
+    raise RuntimeError(f"no hadoop-client-api jar in {jars}: is PySpark installed?")
+
+
+def coordinates() -> dict[str, list[str]]:
+    """The Maven coordinates of each group, for the installed `delta-spark` and PySpark."""
+    delta = metadata.version("delta-spark")
+    return {"delta": [f"io.delta:delta-spark_2.13:{delta}"],
+            "s3": [f"org.apache.hadoop:hadoop-aws:{_hadoop_version()}"]}
+
+
+def _complete(group: str, wanted: list[str]) -> list[Path] | None:
+    folder = jars_dir() / group
+    marker = folder / _MARKER
+    if not marker.is_file() or marker.read_text().split() != wanted:
+        return None
+    jars = sorted(folder.glob("*.jar"))
+    return jars or None
+
+
+def class_path() -> list[str]:
+    """Local paths of the jars of every complete group (empty when nothing was fetched, or the
+    fetched versions no longer match the installed packages)."""
+    try:
+        wanted = coordinates()
+    except (metadata.PackageNotFoundError, RuntimeError, ImportError):
+        return []
+    paths: list[str] = []
+    for group, coords in wanted.items():
+        paths += [str(p) for p in _complete(group, coords) or []]
+    return paths
+
+
+def has_delta() -> bool:
+    """Whether Delta Lake's Spark connector is fetched (and matches the installed version)."""
+    try:
+        return _complete("delta", coordinates()["delta"]) is not None
+    except (metadata.PackageNotFoundError, RuntimeError, ImportError):
+        return False
+
+
+#: where the jars come from (`$VOLUME_STREAM_MAVEN_REPO`: a mirror of it)
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+_IVY_SETTINGS = """<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers><ibiblio name="central" m2compatible="true" root="{root}"/></resolvers>
+</ivysettings>
+"""
+def _classes(jar: Path) -> set[str]:
+    with zipfile.ZipFile(jar) as z:
+        return {n for n in z.namelist() if n.endswith(".class") and not n.startswith("META-INF/")}
+
+
+def _spark_classes() -> set[str]:
+    import pyspark
+
+    found: set[str] = set()
+    for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar"):
+        found |= _classes(jar)
+    return found
+
+
+def _resolve(coords: list[str], ivy: Path) -> list[Path]:
+    """Resolve `coords` with Spark's own Ivy resolution (Maven Central only) in a JVM launched
+    for that alone; its progress lines go to this process's stderr. Returns the resolved jars
+    none of whose classes Spark ships itself: the others (Hadoop, Parquet, Jackson, log4j...
+    of other versions) would shadow Spark's own on the class path."""
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway
+
+    settings = ivy / "ivysettings.xml"
+    root = os.environ.get("VOLUME_STREAM_MAVEN_REPO") or MAVEN_CENTRAL
+    settings.write_text(_IVY_SETTINGS.format(root=root.rstrip("/") + "/"))
+    conf = SparkConf(loadDefaults=False)
+    conf.set("spark.jars.packages", ",".join(coords))
+    conf.set("spark.jars.ivy", str(ivy))
+    conf.set("spark.jars.ivySettings", str(settings))
+    gateway = launch_gateway(conf)
+    try:
+        resolved = gateway.jvm.java.lang.System.getProperty("spark.jars") or ""
+    finally:
+        gateway.shutdown()
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            proc.stdin.close()
+            proc.wait()
+    paths = [Path(p.removeprefix("file:")) for p in resolved.split(",") if p]
+    if not paths:
+        raise RuntimeError(f"Spark resolved no jars for {coords}")
+    spark_has = _spark_classes()
+    return [p for p in paths if not _classes(p) & spark_has]
+
+
+def fetch(groups: list[str] | None = None, *, out=sys.stderr) -> None:
+    """Fetch the groups that are missing or stale (all by default); a no-op when every one is
+    complete."""
+    wanted = coordinates()
+    for group in groups or list(wanted):
+        coords = wanted[group]
+        if _complete(group, coords) is not None:
+            print(f"==> jars: {group} {' '.join(coords)} already in {jars_dir() / group}",
+                  file=out)
+            continue
+        note = " (the AWS SDK bundle is large: several hundred MB)" if group == "s3" else ""
+        print(f"==> jars: fetching {' '.join(coords)} and its dependencies from Maven "
+              f"Central{note}", file=out, flush=True)
+        folder = jars_dir() / group
+        jars_dir().mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"ivy-{group}-", dir=jars_dir()) as tmp:
+            resolved = _resolve(coords, Path(tmp))
+            staging = Path(tmp) / "out"
+            staging.mkdir()
+            for jar in resolved:
+                shutil.move(str(jar), staging / jar.name)
+            (staging / _MARKER).write_text("\n".join(coords) + "\n")
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.move(str(staging), folder)
+        size = sum(p.stat().st_size for p in folder.glob("*.jar")) / 1e6
+        print(f"==> jars: {group}: {len(resolved)} jars, {size:.0f} MB in {folder}", file=out,
+              flush=True)
+
+
+def _status(out=sys.stdout) -> int:
+    wanted = coordinates()
+    missing = 0
+    for group, coords in wanted.items():
+        jars = _complete(group, coords)
+        state = f"{len(jars)} jars" if jars else "missing (make install fetches it)"
+        missing += jars is None
+        print(f"{group}: {' '.join(coords)}: {state} in {jars_dir() / group}", file=out)
+    return 1 if missing else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    command, groups = (args[0], args[1:]) if args else ("status", [])
+    if command == "fetch":
+        fetch(groups or None)
+        return 0
+    if command == "status":
+        return _status()
+    print("usage: python -m volume_stream._jars fetch [delta|s3 ...] | status", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
