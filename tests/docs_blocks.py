@@ -84,11 +84,17 @@ KINDS = {
     "s3_warehouse": 'vs.connect("s3://my-bucket/volume-stream")',
     "s3_warehouse_cli": "volume-stream volume list --warehouse s3://my-bucket/volume-stream",
     "cluster": "spark-submit --master yarn",
+    # docs/spark-delta.md
+    "spark_delta": 'files = spark.read.format("delta").load(cat.table_path(volume="landing"))',
+    "spark_delta_table": "cat.sql(\"CREATE TABLE orders (id INT, item VARCHAR)\")",
 }
 
 #: blocks another test file runs as printed
 ELSEWHERE = {
     "daemon_toml": "tests/test_shipped_configs.py",  # `volume-stream config check` on it
+    # the page's blocks run in order, their printed lines checked, with Delta's connector
+    "spark_delta": "tests/interop/test_docs.py",
+    "spark_delta_table": "tests/interop/test_docs.py",
 }
 
 #: blocks that cannot run here, and why
