@@ -84,6 +84,9 @@ KINDS = {
     "s3_warehouse": 'vs.connect("s3://my-bucket/volume-stream")',
     "s3_warehouse_cli": "volume-stream volume list --warehouse s3://my-bucket/volume-stream",
     "cluster": "spark-submit --master yarn",
+    # docs/status.md
+    "status_serve": "volume-stream ui --warehouse ./warehouse",
+    "status_cli": "volume-stream status --json",
     # docs/spark-delta.md
     "spark_delta": 'files = spark.read.format("delta").load(cat.table_path(volume="landing"))',
     "spark_delta_table": "cat.sql(\"CREATE TABLE orders (id INT, item VARCHAR)\")",
@@ -92,6 +95,9 @@ KINDS = {
 #: blocks another test file runs as printed
 ELSEWHERE = {
     "daemon_toml": "tests/test_shipped_configs.py",  # `volume-stream config check` on it
+    # `ui` and the daemon's page in a real browser and over HTTP; status through the CLI
+    "status_serve": "tests/volume_stream/test_status_browser.py",
+    "status_cli": "tests/volume_stream/test_status.py",
     # the page's blocks run in order, their printed lines checked, with Delta's connector
     "spark_delta": "tests/interop/test_docs.py",
     "spark_delta_table": "tests/interop/test_docs.py",

@@ -138,6 +138,7 @@ def test_status_describe_and_lists_through_the_cli(warehouse):
     cat, _ = warehouse
     wh = ["--warehouse", str(cat.warehouse.root)]
     runner = CliRunner()
+    # docs/status.md's "status_cli" block
     result = runner.invoke(app, ["status", "--json", *wh])
     assert result.exit_code == 0, result.output
     facts = json.loads(result.output)

@@ -39,6 +39,7 @@ def ui(tmp_path):
     cat.refresh("landing")
     cat.create_stream("new_orders", on_volume="landing")
     env = {k: v for k, v in os.environ.items() if k != "VOLUME_STREAM_UI_TOKEN"}
+    # docs/status.md's 'status_serve' block: `volume-stream ui --warehouse ...`
     proc = subprocess.Popen([sys.executable, "-m", "volume_stream.cli", "ui", "--listen",
                              "127.0.0.1:0", "--warehouse", str(tmp_path / "wh")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
