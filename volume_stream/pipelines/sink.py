@@ -84,7 +84,7 @@ def resolve_target(warehouse_root: Path | str, target: str) -> str:
                 f"target {target!r} climbs out with '..': give a bare name (a table under "
                 f"{Path(warehouse_root) / 'tables'}) or an absolute path or URI")
         return os.path.abspath(os.path.expanduser(target))
-    check_name("target table", target)
+    check_name("target", target)
     if isinstance(warehouse_root, str) and "://" in warehouse_root:
         return f"{warehouse_root.rstrip('/')}/tables/{target}"  # an object-store warehouse
     return str(Path(warehouse_root) / "tables" / target)
