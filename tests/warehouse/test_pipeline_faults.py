@@ -25,13 +25,10 @@ def content(file: vs.FileRecord):
 
 
 @pytest.mark.soak
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 22 item 8, open: with the retries in place the batch commits in one run, but a "
-    "committed Parquet data file is corrupt on S3 ('Parquet magic bytes not found', seed 22). "
-    "strict: when it passes, drop this mark and move the test into make test"))
 @pytest.mark.timeout(240)
 def test_a_batch_writing_to_s3_through_faults_commits_in_one_run(s3_env, s3_bucket, tmp_path,
-                                                                  spark):
+                                                                  s3_executors):
+    spark = s3_executors
     data = tmp_path / "data"
     data.mkdir()
     for i in range(FILES):
