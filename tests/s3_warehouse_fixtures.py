@@ -22,7 +22,7 @@ import boto3
 import pytest
 
 __all__ = ["S3_ENV", "free_port", "moto_process", "s3_bucket", "s3_client", "s3_env",
-           "start_moto", "stop_process"]
+           "s3_executors", "start_moto", "stop_process"]
 
 #: fake credentials and the switches delta-rs needs to speak plain HTTP to moto
 S3_ENV = {
@@ -91,6 +91,18 @@ def s3_env(moto_process: str, monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_process)
     return moto_process
+
+
+@pytest.fixture
+def s3_executors(spark, s3_env: str, monkeypatch: pytest.MonkeyPatch):
+    """The session's Spark with `s3_env`'s AWS environment on its executors too, as a cluster's
+    executors get credentials from their role or image; yields the session. Spark's Python
+    workers take the environment the JVM started with (before this test set `s3_env`) plus
+    `SparkContext.environment` (`spark.executorEnv.*`): without this, their pyarrow S3 writes
+    go out unsigned, which real S3 refuses and moto takes (DESIGN §7)."""
+    for name, value in {**S3_ENV, "AWS_ENDPOINT_URL": s3_env}.items():
+        monkeypatch.setitem(spark.sparkContext.environment, name, value)
+    return spark
 
 
 def s3_client(endpoint: str):

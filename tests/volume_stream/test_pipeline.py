@@ -13,7 +13,13 @@ from deltalake import DeltaTable
 
 import volume_stream as vs
 from volume_stream.errors import InvalidInputError, NotFoundError, VolumeStreamError
-from volume_stream.pipelines.executor import apply_udf, is_transient
+from volume_stream.pipelines.executor import (
+    CorruptDataFileError,
+    apply_udf,
+    is_transient,
+    verify_data_file,
+    write_parquet,
+)
 
 
 @vs.file_udf("content string, n_bytes long")
@@ -143,6 +149,29 @@ def test_what_counts_as_transient():
                                    sleep=sleeps.append)
     assert out is None and isinstance(exc, TimeoutError) and attempts == 4
     assert sleeps == [0.5, 1.0, 2.0]
+
+
+def test_a_data_file_is_verified_as_it_reads_back_before_it_is_listed(tmp_path):
+    # what a store that changes uploads leaves (DESIGN §7): framing around the bytes, a
+    # cut-off object, another file's bytes under the name; none of them passes
+    import pyarrow as pa
+    from pyarrow import fs as pafs
+
+    local = pafs.LocalFileSystem()
+    path = str(tmp_path / "part.parquet")
+    table = pa.table({"relative_path": ["a", "b"], "n": [1, 2]})
+    size = write_parquet(local, path, table)
+    assert size == os.path.getsize(path) and verify_data_file(local, path, size, 2) == size
+    good = Path(path).read_bytes()
+    for bad, why in ((b"737\r\n" + good + b"\r\n0\r\nx-amz-checksum-crc64nvme:AA==\r\n\r\n",
+                      "bytes stored"), (good[: len(good) // 2], "bytes stored"),
+                     (good[:-4] + b"XXXX", "magic bytes")):
+        Path(path).write_bytes(bad)
+        with pytest.raises(CorruptDataFileError, match=why):
+            verify_data_file(local, path, len(good) if why == "bytes stored" else len(bad), 2)
+    Path(path).write_bytes(good)
+    with pytest.raises(CorruptDataFileError, match="2 rows stored, 3 written"):
+        verify_data_file(local, path, size, 3)
 
 
 def test_change_types_and_path_glob_filter_the_files(catalog, volume, data_dir):

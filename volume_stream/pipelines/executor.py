@@ -10,11 +10,18 @@ files in the target and errors table folders, and returns only a small manifest:
 file written (path, size, row count, Delta stats) and one row of counters. Rows never travel to
 the driver; the driver commits the listed files to Delta (`pipelines.sink`). Files of a task
 attempt that failed or lost a speculative race are never listed, so never committed.
+
+A file is listed only once it reads back from the store as written (`verify_data_file`: its
+stored size is the bytes the writer sent, its Parquet footer reads and counts its rows): a store
+or proxy that changes an upload (an S3-compatible store keeping `aws-chunked` framing in the
+object, a cut-off body) fails the file's write, which the task redoes, instead of a committed
+file nobody can read (DESIGN §7).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 import traceback
@@ -36,6 +43,7 @@ from volume_stream.pipelines.udf import FileRecord
 from volume_stream.streams.changes import RECORD_SCHEMA
 
 __all__ = [
+    "CorruptDataFileError",
     "ERROR_SCHEMA",
     "MANIFEST_DDL",
     "RECORD_COLUMNS",
@@ -46,7 +54,11 @@ __all__ = [
     "result_schema",
     "run_partition",
     "stats_json",
+    "verify_data_file",
+    "write_parquet",
 ]
+
+log = logging.getLogger(__name__)
 
 #: the change-record columns a task gets (the commit timestamp stays on the driver)
 RECORD_COLUMNS = [c for c in RECORD_SCHEMA.names if c != "__commit_timestamp"]
@@ -160,6 +172,41 @@ def stats_json(table: pa.Table) -> str:
                        "nullCount": nulls})
 
 
+class CorruptDataFileError(OSError):
+    """A data file on the store is not what was written; it must not be committed."""
+
+
+def verify_data_file(fs: pafs.FileSystem, path: str, written: int, rows: int) -> int:
+    """Check that `path` reads back as the `written` bytes of a Parquet file of `rows` rows (a
+    HEAD and a ranged GET of the footer); its size. Raises CorruptDataFileError otherwise."""
+    stored = fs.get_file_info(path).size
+    problem = None
+    if stored != written:
+        problem = f"{stored} bytes stored, {written} written"
+    else:
+        try:
+            found = pq.read_metadata(path, filesystem=fs).num_rows
+        except pa.ArrowInvalid as exc:  # "Parquet magic bytes not found", a bad footer
+            problem = str(exc).splitlines()[0]
+        else:
+            problem = None if found == rows else f"{found} rows stored, {rows} written"
+    if problem:
+        raise CorruptDataFileError(
+            f"data file {path} does not read back as written ({problem}): the store or a proxy "
+            f"changed the upload, so it is not committed. An S3-compatible store that keeps "
+            f"'aws-chunked' upload framing in objects does this (its fix, or "
+            f"AWS_REQUEST_CHECKSUM_CALCULATION=when_required in the executors' environment)")
+    return stored
+
+
+def write_parquet(fs: pafs.FileSystem, path: str, table: pa.Table) -> int:
+    """Write `table` as one snappy Parquet file and verify it (`verify_data_file`); its size."""
+    with fs.open_output_stream(path) as sink:
+        pq.write_table(table, sink, compression="snappy")
+        written = sink.tell()
+    return verify_data_file(fs, path, written, table.num_rows)
+
+
 class _DataFile:
     """One Parquet data file being written to a table folder; opened on the first rows."""
 
@@ -170,6 +217,7 @@ class _DataFile:
         self.schema, self.prefix = schema, prefix
         self.name: str | None = None
         self._writer: pq.ParquetWriter | None = None
+        self._sink: Any = None
         self._pending: list[pa.Table] = []
         self._pending_rows = self._pending_bytes = 0
         self._stats: list[pa.Table] = []
@@ -192,8 +240,9 @@ class _DataFile:
             self.name = f"{self.prefix}-{uuid.uuid4().hex}.snappy.parquet"
             if not isinstance(self.fs, pafs.S3FileSystem):  # S3 has no folders to make
                 self.fs.create_dir(self.base, recursive=True)
-            self._writer = pq.ParquetWriter(f"{self.base}/{self.name}", self.schema,
-                                            filesystem=self.fs, compression="snappy")
+            # our own stream: its position after the writer closes is the bytes sent
+            self._sink = self.fs.open_output_stream(f"{self.base}/{self.name}")
+            self._writer = pq.ParquetWriter(self._sink, self.schema, compression="snappy")
         self._writer.write_table(table)
         self._stats.append(table.select([c for c in STATS_COLUMNS if c in table.column_names]))
         self.rows += table.num_rows
@@ -205,18 +254,21 @@ class _DataFile:
         if self._writer is None:
             return None
         self._writer.close()
-        size = self.fs.get_file_info(f"{self.base}/{self.name}").size
+        written = self._sink.tell()
+        self._sink.close()  # the upload completes here
+        size = verify_data_file(self.fs, f"{self.base}/{self.name}", written, self.rows)
         stats = stats_json(pa.concat_tables(self._stats))
         return {"kind": kind, "path": self.name, "size": size, "num_rows": self.rows,
                 "stats": stats, "ok": 0, "failed": 0}
 
     def discard(self) -> None:
         if self._writer is not None:
-            try:
-                self._writer.close()
-                self.fs.delete_file(f"{self.base}/{self.name}")
-            except OSError:
-                pass
+            for step in (self._writer.close, self._sink.close,
+                         lambda: self.fs.delete_file(f"{self.base}/{self.name}")):
+                try:
+                    step()
+                except OSError:
+                    pass
 
 
 @dataclass
@@ -269,11 +321,27 @@ def _with_meta(rows: pa.Table, record: FileRecord, schema: pa.Schema) -> pa.Tabl
 
 
 def run_task(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
-    """Process task `index`'s share of the plan's records; yield its manifest."""
+    """Process task `index`'s share of the plan's records; yield its manifest. A data file that
+    does not read back as written (`CorruptDataFileError`) is deleted and the share redone, up
+    to `plan.max_attempts` times."""
     from pyspark import cloudpickle
 
     udf = cloudpickle.loads(plan.udf_blob)
     fn = getattr(udf, "fn", udf)
+    for attempt in range(1, plan.max_attempts + 1):
+        try:
+            manifest = _task_manifest(plan, index, fn)
+            break
+        except CorruptDataFileError as exc:
+            if attempt == plan.max_attempts:
+                raise
+            log.warning("task %d: %s; writing its files again", index, exc)
+            time.sleep(plan.retry_backoff_s * 2 ** (attempt - 1))
+    yield pa.RecordBatch.from_pylist(manifest, schema=MANIFEST_SCHEMA)
+
+
+def _task_manifest(plan: TaskPlan, index: int, fn: Any) -> list[dict[str, Any]]:
+    """Run the UDF over task `index`'s share and write its files; their manifest rows."""
     schema = result_schema(plan.udf_schema)
     prefix = f"{plan.file_prefix}-t{index:04d}"
     results = _DataFile(plan.target_uri, schema, prefix, plan.storage_options)
@@ -302,7 +370,7 @@ def run_task(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
         raise
     manifest.append({"kind": "counts", "path": None, "size": 0, "num_rows": 0, "stats": None,
                      "ok": ok, "failed": failed})
-    yield pa.RecordBatch.from_pylist(manifest, schema=MANIFEST_SCHEMA)
+    return manifest
 
 
 def run_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

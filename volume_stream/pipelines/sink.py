@@ -40,7 +40,7 @@ from connectors.errors import is_transient
 from directory_table.roles import fresh, live_options
 from directory_table.storage import filesystem_for
 from volume_stream.errors import InvalidInputError, VolumeStreamError
-from volume_stream.pipelines.executor import stats_json
+from volume_stream.pipelines.executor import stats_json, write_parquet
 from volume_stream.warehouse import check_name
 
 __all__ = ["DeltaSink", "Progress", "resolve_target"]
@@ -255,8 +255,7 @@ class DeltaSink:
             keep = table.filter(pc.invert(pc.fill_null(hit, False)))
             if keep.num_rows:
                 name = f"part-rw-{uuid.uuid4().hex}.snappy.parquet"
-                pq.write_table(keep, f"{base}/{name}", filesystem=fs, compression="snappy")
-                size = fs.get_file_info(f"{base}/{name}").size
+                size = write_parquet(fs, f"{base}/{name}", keep)  # verified: reads back
                 actions.append(AddAction(name, size, {}, now, True, stats_json(keep)))
         return actions, removed
 

@@ -46,6 +46,8 @@ FORMAT = "volume-stream-warehouse"
 FORMAT_VERSION = 1
 _SCHEMA = pa.schema([("kind", pa.string()), ("name", pa.string()), ("spec", pa.string())])
 _MAX_ATTEMPTS = 50
+#: commitInfo key naming one `mutate` call, to tell whether a write that failed had landed
+_MUTATION_KEY = "volume_stream_mutation"
 
 #: {("volume"|"stream", name): spec dict}
 CatalogState = dict[tuple[str, str], dict[str, Any]]
@@ -246,21 +248,46 @@ class Warehouse:
             return self._mutate(change)
 
     def _mutate(self, change: Callable[[CatalogState], Any]) -> Any:
+        token, transient = uuid.uuid4().hex, 0
         for _attempt in range(_MAX_ATTEMPTS):
             dt = self._table()
-            state = self._decode(dt)
+            read = dt.version()
+            state = _retried(lambda dt=dt: self._decode(dt))
             result = change(state)
             rows = [{"kind": k, "name": n, "spec": json.dumps(spec, sort_keys=True)}
                     for (k, n), spec in sorted(state.items())]
             try:
                 write_deltalake(dt, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="overwrite",
-                                commit_properties=CommitProperties(max_commit_retries=0))
+                                commit_properties=CommitProperties(
+                                    max_commit_retries=0, custom_metadata={_MUTATION_KEY: token}))
             except CommitFailedError:
                 self._dt = None  # another process committed first: re-read and re-check
+                if self._landed(token, read):  # or our own retried PUT, its answer lost
+                    return result
                 time.sleep(random.uniform(0, 0.02 * (_attempt + 1)))
+                continue
+            except (OSError, DeltaError) as exc:
+                # a 5xx, reset or cut-off body that delta-rs's retries did not outlive, before
+                # the commit (nothing landed) or after it (a post-commit LIST): which, the log
+                # says, so the change is applied exactly once (DESIGN §7)
+                transient += 1
+                if transient >= READ_ATTEMPTS or not is_transient(exc):
+                    raise
+                self._dt = None
+                if self._landed(token, read):
+                    return result
+                time.sleep(min(2.0, 0.05 * 2 ** transient) * (0.5 + random.random()))
                 continue
             return result
         raise VolumeStreamError(f"catalog {self.catalog_path}: too much contention, gave up")
+
+    def _landed(self, token: str, read: int) -> bool:
+        """Whether the catalog has a commit of mutation `token` after version `read`."""
+        dt = self._table()
+        newer = dt.version() - read
+        if newer <= 0:
+            return False
+        return any(c.get(_MUTATION_KEY) == token for c in _retried(lambda: dt.history(newer)))
 
 
 #: attempts of a catalog read failing transiently (a cut-off body delta-rs does not retry)
