@@ -108,3 +108,10 @@ def test_a_failed_command_leaves_no_warehouse_behind(tmp_path):
     assert cli("volume", "create", "v", str(data), cwd=tmp_path).returncode == 0
     one_error(cli("volume", "create", "v", str(data), cwd=tmp_path))  # exists: kept
     assert (tmp_path / "warehouse" / "volume-stream.json").exists()
+
+
+def test_the_commands_that_start_spark_all_take_verbose(tmp_path):
+    """docs/sql.md promises --verbose (Spark's own log lines) for the commands that start it."""
+    for command in (["sql"], ["run"], ["daemon"]):
+        proc = cli(*command, "--help", cwd=tmp_path)
+        assert proc.returncode == 0 and "--verbose" in proc.stdout, (command, proc.stdout)

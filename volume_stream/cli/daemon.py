@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -97,8 +98,12 @@ def daemon(
     config: ConfigFile,
     log_json: Annotated[bool, typer.Option("--log-json", help="Log one JSON object per line.")
                         ] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Let Spark's own log lines through.")] = False,
 ) -> None:
     """Run the listeners, refreshes and pipelines of a configuration until SIGTERM/SIGINT."""
+    if verbose:
+        os.environ["VOLUME_STREAM_VERBOSE"] = "1"
     cfg = _load(config)
     from volume_stream.daemon.logs import configure_logging
 
