@@ -32,6 +32,7 @@ arrivals = { mode = "append_only" }
 
 [volumes.s3vol]
 location = "s3://bucket/prefix/"
+notification = { type = "AWS_SQS", queue_url = "https://sqs.eu-west-1.amazonaws.com/1/q" }
 
 [pipelines.images]
 spec = "pipelines/images.toml"
@@ -171,6 +172,12 @@ def test_config_check_command(tmp_path):
     assert "stream     arrivals on landing (APPEND_ONLY)" in result.output
     as_json = runner.invoke(app, ["config", "check", str(good), "--json"])
     assert json.loads(as_json.output)["volumes"]["landing"]["max_wait_s"] == 0.25
+    quiet = write(tmp_path, GOOD.replace(
+        'notification = { type = "AWS_SQS", queue_url = "https://sqs.eu-west-1.amazonaws.com/1/q" }\n',
+        ""), "no-queue.toml")
+    result = runner.invoke(app, ["config", "check", str(quiet)])  # the daemon would retry for ever
+    assert result.exit_code == 2
+    assert "volumes.s3vol.notification" in result.output and "no notification queue" in result.output
     bad = write(tmp_path, "[metrics]\nprot = 1\n[volumes.v]\nlocation='/tmp'\n", "bad.toml")
     result = runner.invoke(app, ["config", "check", str(bad)])
     assert result.exit_code == 2

@@ -51,10 +51,12 @@ def _check_pipeline_specs(cfg: DaemonConfig, path: Path) -> None:
 
 def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
     """What the daemon would refuse at start, refused by `config check` too: a signed shard API
-    without its key in the environment, a volume to create without a location."""
+    without its key in the environment, a volume to create without a location, an object-store
+    volume with no notification queue."""
     import os
 
     from volume_stream.catalog import connect  # not at import: start-up time
+    from volume_stream.daemon.daemon import queue_missing  # not at import: start-up time
 
     problems = []
     api = cfg.shard_api
@@ -77,6 +79,9 @@ def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
             problems.append(f"{path}: key 'volumes.{name}.location': volume {name!r} is not in "
                             f"the warehouse {cfg.warehouse} and no location is given to create "
                             f"it")
+        missing = queue_missing(vol, stored)
+        if missing:
+            problems.append(f"{path}: key 'volumes.{name}.notification': {missing}")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 

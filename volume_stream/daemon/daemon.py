@@ -111,6 +111,9 @@ class Daemon:
                 wanted = normalize_location(cfg.location)
             except InvalidInputError as exc:
                 raise ConfigError(f"{where} location: {exc}") from exc
+        missing = queue_missing(cfg, existing.get(name))
+        if missing:
+            raise ConfigError(f"{where} notification: {missing}")
         if name not in existing:
             if wanted is None:
                 raise ConfigError(
@@ -354,6 +357,19 @@ class Daemon:
                 continue
             pending = -1 if info["stale"] else info["pending_changes"]
             m.stream_pending.labels(stream["name"], stream["volume"]).set(pending)
+
+
+def queue_missing(cfg: VolumeConfig, stored: dict[str, Any] | None) -> str | None:
+    """Why an object-store volume cannot listen (no queue in the file nor in the warehouse),
+    or None. Without it the daemon would retry opening its listener for ever."""
+    location = str(cfg.location or (stored or {}).get("location") or "")
+    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
+    if scheme not in ("s3", "s3a", "oss") or cfg.notification \
+            or (stored or {}).get("notification"):
+        return None
+    kind = "AWS_SQS (queue_url = ...)" if scheme != "oss" else "ALIYUN_MNS (queue_name = ...)"
+    return (f"volume on {location} has no notification queue to listen to: add notification = "
+            f"{{ type = {kind} }}, or enabled = false to only refresh it by hand")
 
 
 @contextmanager
