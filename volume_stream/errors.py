@@ -51,6 +51,7 @@ __all__ = [
     "TrimmedDataError",
     "VolumeStreamError",
     "WarehouseError",
+    "storage_full",
 ]
 
 
@@ -197,5 +198,28 @@ def converted(what: str) -> Iterator[None]:
         raise WarehouseError(f"{what}: directory table missing: {exc}") from exc
     except CommitConflict as exc:
         raise CommitConflictError(f"{what}: {exc}") from exc
-    except OSError as exc:  # a local volume's folder gone or unreadable
-        raise SourceError(f"{what}: {exc}") from exc
+    except OSError as exc:  # a local volume's folder gone or unreadable (or a full disk)
+        raise (storage_full(what, exc) or SourceError(f"{what}: {exc}")) from exc
+    except Exception as exc:  # delta-rs reports a full disk as DeltaError / Exception
+        full = storage_full(what, exc)
+        if full is None:
+            raise
+        raise full from exc
+
+
+_FULL = ("no space left on device", "os error 28", "disk quota exceeded", "os error 122")
+
+
+def storage_full(what: str, exc: BaseException) -> WarehouseError | None:
+    """A WarehouseError in our words when `exc` (or its cause) is a full disk or quota, else
+    None. delta-rs says it as "Failed to parse parquet: ... No space left on device (os error
+    28)", after a Rust panic line on stderr; a reader should see what to do."""
+    seen = exc
+    while seen is not None:
+        if getattr(seen, "errno", None) in (28, 122) or any(
+                k in str(seen).lower() for k in _FULL):
+            return WarehouseError(f"{what}: the storage is full (no space left on the device "
+                                  f"or over quota); nothing was written; free some space and "
+                                  f"run it again")
+        seen = seen.__cause__ or seen.__context__
+    return None

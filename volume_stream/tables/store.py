@@ -46,6 +46,7 @@ from volume_stream.errors import (
     InvalidInputError,
     NotFoundError,
     VolumeStreamError,
+    storage_full,
 )
 from volume_stream.tables.expressions import to_delta, to_delta_predicate
 from volume_stream.tables.keys import KEY_PROPERTY, check_key, key_columns, parse_key
@@ -361,6 +362,9 @@ class TableStore:
             except Exception as exc:
                 # delta-rs raises DeltaError, or a bare Exception for DataFusion's planning and
                 # cast errors ("Cast error: ..."): the statement is at fault, nothing was written
+                full = storage_full(f"table {name!r}", exc)
+                if full is not None:
+                    raise full from exc
                 if not isinstance(exc, DeltaError) and type(exc) is not Exception:
                     raise
                 raise InvalidInputError(f"table {name!r}: the statement cannot run on this "
