@@ -218,6 +218,7 @@ def _connect(url: str, timeout: float) -> Any:
 
     def make() -> None:
         try:
+            quiet_query_context_loggers()  # errors become ours, in one line, as locally
             outcome["session"] = SparkSession.builder.remote(url).getOrCreate()
             outcome["session"].conf.set("spark.sql.session.timeZone", "UTC")  # the first call
             outcome["ready"] = True

@@ -122,3 +122,23 @@ def test_ctas_moves_the_offset_and_udfs_are_shipped(server):
     table = cli(server, "--json", "-e", "SELECT * FROM default.copied ORDER BY relative_path", env=env)
     assert [json.loads(line) for line in table.stdout.splitlines()] == [
         {"relative_path": "a.txt", "l": "A.TXT!"}, {"relative_path": "b.txt", "l": "B.TXT!"}]
+
+
+def test_remote_and_local_behave_alike_for_warehouse_tables_and_errors(server):
+    """Issue 24 item 2: over --remote an error was a 141-line JVM trace (PySpark logs it as
+    JSON first), and a warehouse table made by CTAS was TABLE_OR_VIEW_NOT_FOUND to a later
+    SELECT (its view was dropped before Spark Connect resolved the query)."""
+    remote = ["--remote", server["url"]]
+    made = cli(server, *remote, "-e", "CREATE TABLE alike AS SELECT relative_path FROM s")
+    assert "CREATE TABLE" in made.stdout + made.stderr
+    for front in (remote, []):
+        rows = cli(server, *front, "--json", "-e", "SELECT * FROM alike ORDER BY relative_path")
+        assert [json.loads(line) for line in rows.stdout.splitlines()] == [
+            {"relative_path": "a.txt"}, {"relative_path": "b.txt"}], (front, rows.stderr)
+        for text, needle in (("SELECT * FROM nosuch_tbl", "table 'nosuch_tbl' does not exist"),
+                             ("SELECT 1/0 AS x", "[DIVIDE_BY_ZERO]")):
+            bad = cli(server, *front, "-e", text, ok=False)
+            assert bad.returncode == 1 and needle in bad.stderr, (front, bad.stderr)
+            assert len(bad.stderr.strip().splitlines()) == 1, (front, bad.stderr)
+        assert "alike" in cli(server, *front, "-e", "SELECT * FROM nowhere",
+                              ok=False).stderr  # the warehouse's tables are listed

@@ -33,8 +33,9 @@ from volume_stream.cli._common import (
     was_interrupted,
 )
 from volume_stream.cli._common import catalog as open_catalog
-from volume_stream.errors import InvalidInputError, VolumeStreamError
+from volume_stream.errors import InvalidInputError, SqlError, VolumeStreamError
 from volume_stream.sql import register_udf_lazily, run_statement, statements
+from volume_stream.sql.dml import summary
 from volume_stream.sql.lexer import QUOTED, WORD, Statement, is_complete
 from volume_stream.sql.result import counted
 
@@ -101,7 +102,13 @@ def _print(result: Any, as_json: bool, limit: int) -> None:
 
     message = result.message
     if result.is_query:
-        rows = [r.asDict(recursive=True) for r in result.df.limit(limit + 1).collect()]
+        try:  # Spark computes a query here: a runtime error is the statement's, in one line
+            rows = [r.asDict(recursive=True) for r in result.df.limit(limit + 1).collect()]
+        except VolumeStreamError:
+            raise
+        except Exception as exc:
+            raise SqlError(f"statement at line {result.line} failed: "
+                           f"{summary(str(exc), type(exc).__name__)}", result.line, 1) from exc
         print_rows(rows[:limit], as_json, None)
         more = len(rows) > limit
         message += f" ({'first ' if more else ''}{counted(min(len(rows), limit), 'rows')} shown)"

@@ -44,7 +44,7 @@ from volume_stream.sql.lexer import QUOTED, WORD, Statement, position
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import registered_udfs
 
-__all__ = ["Analysis", "analyze", "run"]
+__all__ = ["Analysis", "analyze", "run", "summary"]
 
 _SPARK = Dialect.get_or_raise("spark")
 _WRITES = (exp.Insert, exp.Merge, exp.Update, exp.Delete)
@@ -243,7 +243,7 @@ def _clean(message: str, analysis: Analysis) -> str:
 _PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit): .+")
 
 
-def _summary(message: str, fallback: str) -> str:
+def summary(message: str, fallback: str) -> str:
     """The line that says what went wrong: a Python UDF's own exception if there is one (Spark
     wraps it in a traceback and JVM frames), else Spark's first line."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
@@ -258,7 +258,7 @@ def _convert(exc: Exception, catalog, statement: Statement, analysis: Analysis) 
     from pyspark.errors import AnalysisException, ParseException
 
     message = _clean(str(exc).strip(), analysis)
-    first = _summary(message, type(exc).__name__)
+    first = summary(message, type(exc).__name__)
     if isinstance(exc, ParseException):
         match = _LINE_POS.search(message)
         offset = (statement.pos if not match else
@@ -272,7 +272,7 @@ def _convert(exc: Exception, catalog, statement: Statement, analysis: Analysis) 
         if condition == "TABLE_OR_VIEW_NOT_FOUND":
             name = params.get("relationName", "?").replace("`", "")
             tables = [t.name for t in catalog.spark.catalog.listTables()
-                      if not t.name.startswith(_VIEW_PREFIX)]
+                      if not t.name.startswith(_VIEW_PREFIX)] + catalog.tables.names()
             streams = [f"{s['name']} (stream)" for s in catalog.list_streams()]
             return NotFoundError("table", name, tables + streams)
         if condition == "UNRESOLVED_ROUTINE":
@@ -293,14 +293,15 @@ def _convert(exc: Exception, catalog, statement: Statement, analysis: Analysis) 
 
 
 # ---------------------------------------------------------------------- running
-def _sql(catalog, statement: Statement, analysis: Analysis):
+def _sql(catalog, statement: Statement, analysis: Analysis, materialize: bool = False):
     try:
         spark = catalog.spark
         df = spark.sql(analysis.text(statement.text))
         if is_connect(spark):
             # Spark Connect analyses a query lazily, by name, at each use: resolve it now (so
-            # its errors are ours) and, if it reads stream views, compute it while they exist
-            if df.columns and analysis.streams:
+            # its errors are ours) and, if it reads stream or table views, compute it while
+            # they exist
+            if df.columns and (analysis.streams or materialize):
                 df = df.localCheckpoint(eager=True)
         return df
     except VolumeStreamError:
@@ -333,7 +334,7 @@ def _spark_parser(catalog, statement: Statement, edits: list) -> Callable[[str],
 
 def run(catalog, statement: Statement, udfs: set[str], *,
         write: Callable[[object], str] | None = None, label: str | None = None,
-        before_spark: Callable[[], None] | None = None) -> SqlResult:
+        before_spark: Callable[[], None] | None = None, materialize: bool = False) -> SqlResult:
     """Run one Spark SQL statement with its streams pinned; move offsets only on success.
 
     With `write` (a query feeding a warehouse-table write, `volume_stream.sql.tables`), the
@@ -342,6 +343,8 @@ def run(catalog, statement: Statement, udfs: set[str], *,
 
     The statement is analysed (and a syntax error reported) before Spark is asked for;
     `before_spark` runs just before (the CLI registers its deferred UDFs there).
+    `materialize`: the statement reads temp views its caller drops when this returns (warehouse
+    tables): on Spark Connect, which resolves names at each use, the result is computed now.
     """
     streams = {s["name"].lower(): s["name"] for s in catalog.list_streams()}
     analysis = analyze(statement, streams, udfs,
@@ -366,7 +369,7 @@ def run(catalog, statement: Statement, udfs: set[str], *,
                                             "records": batch.records.num_rows}
                 else:
                     catalog.read_stream(name).createOrReplaceTempView(views[name])
-            df = _sql(catalog, statement, analysis)
+            df = _sql(catalog, statement, analysis, materialize)
             if write is not None:
                 written = _write(catalog, statement, analysis, write, df)
             # leaving the ExitStack commits the offsets (in reverse order of pinning)

@@ -90,7 +90,7 @@ def _view(catalog, store: TableStore, name: str) -> Any:
 
 
 @contextmanager
-def _table_views(catalog, tree: exp.Expression | None) -> Iterator[None]:
+def _table_views(catalog, tree: exp.Expression | None) -> Iterator[list[str]]:
     """Each warehouse table the statement reads, as a temp view of that name while it runs."""
     store: TableStore = catalog.tables
     names = set()
@@ -109,7 +109,7 @@ def _table_views(catalog, tree: exp.Expression | None) -> Iterator[None]:
         for written, stored in sorted(names):
             _view(catalog, store, stored).createOrReplaceTempView(written)
             made.append(written)
-        yield
+        yield made
     finally:
         for view in made:
             catalog.spark.catalog.dropTempView(view)
@@ -356,5 +356,5 @@ def run(catalog, statement: Statement, udfs: set[str], *,
             version, n = store.delete(name, _where(tree))
             return _result(statement, "DELETE", f"{n} rows deleted from {name} "
                                                 f"(version {version})")
-    with _table_views(catalog, tree):
-        return _sql_dml.run(catalog, statement, udfs)
+    with _table_views(catalog, tree) as views:  # a query reading them is computed while
+        return _sql_dml.run(catalog, statement, udfs, materialize=bool(views))  # they exist
