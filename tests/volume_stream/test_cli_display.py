@@ -81,3 +81,16 @@ def test_help_at_80_columns_keeps_option_names_whole():
                     assert opt in text, (path, opt, text)
         seen += 1
     assert seen >= 14  # every command was looked at
+
+
+def test_timestamps_print_with_their_utc_offset_whether_naive_or_aware(capsys):
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from volume_stream.cli._common import print_rows
+
+    naive = datetime(2026, 1, 2, 3, 4, 5)  # delta-rs's naive UTC
+    aware = datetime(2026, 1, 2, 4, 4, 5, tzinfo=timezone(timedelta(hours=1)))
+    print_rows([{"a": naive, "b": aware, "c": naive.replace(tzinfo=UTC)}], as_json=True)
+    assert capsys.readouterr().out.strip() == (
+        '{"a": "2026-01-02T03:04:05+00:00", "b": "2026-01-02T03:04:05+00:00", '
+        '"c": "2026-01-02T03:04:05+00:00"}')

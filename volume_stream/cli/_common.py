@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -149,8 +149,11 @@ def stop_on_sigterm() -> Iterator[None]:
 
 
 def _jsonable(value: Any) -> Any:
+    """Timestamps print one way in every command: ISO 8601 in UTC with its offset (delta-rs
+    hands out naive UTC times, the catalog aware ones; both meant UTC)."""
     if isinstance(value, datetime):
-        return value.isoformat()
+        aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return aware.isoformat()
     return value
 
 
