@@ -279,7 +279,7 @@ class InventoryLister(Lister):
                         "etag": pc.cast(etag, pa.string())}, schema=LISTING_SCHEMA)
         if not out.num_rows:
             return pa.RecordBatch.from_pylist([], schema=LISTING_SCHEMA)
-        return out.combine_chunks().to_batches()[0]
+        return out.combine_chunks().to_batches(max_chunksize=out.num_rows)[0]  # no scan
 
     def _safe(self, paths: pa.ChunkedArray) -> pa.ChunkedArray:
         """False for the paths `validate_relative_path` refuses (counted in `malformed`)."""
