@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,9 +42,30 @@ UNSET_ENV = ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REG
              "AWS_ROLE_ARN")
 
 
+def _atomic_sqs_deletes() -> None:
+    """Make moto's SQS deletes atomic, as SQS's are. moto's `Queue.delete_message` rebuilds the
+    queue's message list without a lock, so two concurrent DeleteMessageBatch calls (the
+    listener acks in parallel chunks) could undo each other's deletes and the messages came
+    back once visible: a fake's race that made queue-count assertions flaky."""
+    from moto.sqs.models import Queue
+
+    original = Queue.delete_message
+    if getattr(original, "atomic", False):
+        return
+    lock = threading.Lock()
+
+    def delete_message(self, receipt_handle):
+        with lock:
+            return original(self, receipt_handle)
+
+    delete_message.atomic = True
+    Queue.delete_message = delete_message
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """moto's server on a free loopback port; yields its endpoint URL."""
+    _atomic_sqs_deletes()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
