@@ -97,7 +97,7 @@ def clean_env(monkeypatch):
 
 def test_cli_parser_rejects_bad_command_lines():
     assert parse_cli(["config", "check", "f.toml"]) == ["config", "check"]
-    for bad in (["daemon", "--config", "f", "--verbose"], ["deamon"], ["daemon"]):
+    for bad in (["daemon", "--config", "f", "--verbos"], ["deamon"], ["daemon"]):
         with pytest.raises(Exception, match="No such|Missing parameter"):
             parse_cli(bad)
 
