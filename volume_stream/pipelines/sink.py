@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyarrow import fs as pafs
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -183,16 +183,24 @@ class DeltaSink:
         txns = [Transaction(app_id, batch_id * _STEP + done),
                 Transaction(f"{app_id}/end", end_version), Transaction(f"{app_id}/plan", plan)]
         mark = batch_id * _STEP + done
+        token = uuid.uuid4().hex  # this call's attempts, told apart from another run's commit
 
         def once() -> None:
-            # a failed attempt may have landed (its answer lost): the app transaction says so
+            # a failed attempt may have landed (its answer lost): the app transaction says the
+            # batch is committed, and the commit carries this call's token. The same batch
+            # committed by ANOTHER run (two runs racing) is a CommitFailedError: the caller
+            # discards this run's files and reports the conflict.
             retried(dt.update_incremental)
             if (dt.transaction_version(app_id) or -1) >= mark:
-                return
+                if any(c.get("volume_stream_attempt") == token for c in dt.history(limit=20)):
+                    return
+                raise CommitFailedError(f"{self.uri}: batch {batch_id} of {app_id} was "
+                                        f"committed by another run")
             dt.create_write_transaction(
                 actions, mode="append", schema=self.schema,
                 commit_properties=CommitProperties(app_transactions=txns, custom_metadata={
-                    "volume_stream": json.dumps(metadata, sort_keys=True)}))
+                    "volume_stream": json.dumps(metadata, sort_keys=True),
+                    "volume_stream_attempt": token}))
 
         retried(once)
         retried(dt.update_incremental)
