@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from volume_stream.cli._common import note_new_warehouse
-from volume_stream.errors import ConfigError, VolumeStreamError
+from volume_stream.errors import ConfigError, VolumeStreamError, WarehouseError
 
 if TYPE_CHECKING:
     from volume_stream.config.daemon import DaemonConfig
@@ -69,10 +69,12 @@ def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
     try:
         existing = {v["name"]: v for v in connect(
             cfg.warehouse, storage_options=cfg.storage_options, create=False).list_volumes()}
-    except VolumeStreamError:  # no warehouse yet: every volume is to be created
+    except WarehouseError:  # no warehouse yet: every volume is to be created
         existing = {}
+    except VolumeStreamError:  # the store cannot answer now: the daemon checks when it can
+        existing = None
     for name, vol in cfg.volumes.items():
-        if not vol.enabled:
+        if not vol.enabled or existing is None:
             continue
         stored = existing.get(name)
         if stored is None and vol.location is None:
@@ -86,13 +88,16 @@ def _check_what_the_daemon_refuses(cfg: DaemonConfig, path: Path) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-def _load(path: Path):
+def _load(path: Path, *, check_warehouse: bool = True):
+    """The configuration, checked; `config check` also checks it against the warehouse (the
+    daemon does that itself as it starts, retrying while the store does not answer)."""
     try:
         from volume_stream.config.daemon import DaemonConfig  # not at import: other commands
 
         cfg = DaemonConfig.load(path)
         _check_pipeline_specs(cfg, path)
-        _check_what_the_daemon_refuses(cfg, path)
+        if check_warehouse:
+            _check_what_the_daemon_refuses(cfg, path)
         return cfg
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -109,7 +114,7 @@ def daemon(
     """Run the listeners, refreshes and pipelines of a configuration until SIGTERM/SIGINT."""
     if verbose:
         os.environ["VOLUME_STREAM_VERBOSE"] = "1"
-    cfg = _load(config)
+    cfg = _load(config, check_warehouse=False)
     from volume_stream.daemon.logs import configure_logging
 
     configure_logging(cfg.log_level, json_lines=log_json or cfg.log_json)
