@@ -85,7 +85,9 @@ def cli(server, *args, env=None, ok=True):
     proc = subprocess.run([CLI, "sql", "--warehouse", str(server["wh"]), *args],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]),
-                               **(env or {})})
+                               # a loaded machine may take more than the default 10 s to
+                               # open the first Spark Connect session: the test is not timing it
+                               "VOLUME_STREAM_CONNECT_TIMEOUT": "180", **(env or {})})
     if ok:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
