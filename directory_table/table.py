@@ -261,8 +261,7 @@ class DirectoryTable:
                 self._commit(dt, layout, base_version, plan, loaded)
             except CommitFailedError:  # lost the race for the version: plan again
                 log.info("directory table %s: another writer committed version %d first; "
-                         "planning this batch again on top of it (nothing is lost)", self.path,
-                         base_version + 1)
+                         "planning again on it (nothing lost)", self.path, base_version + 1)
                 self._dt = self._index = None
                 continue
             return ApplyResult(base_version + 1, seconds=time.perf_counter() - started,
