@@ -227,11 +227,11 @@ class _PendingFiles:
                 event = self._decide(key, pending, now)
             except InvalidPathError as exc:
                 malformed += 1
-                logger.warning("skipping %s: %s", os.path.join(self.root, key), exc)
+                logger.warning("skipping %r: %s", os.path.join(self.root, key), exc)
                 event = None
             except OSError as exc:
                 malformed += 1
-                logger.warning("cannot stat %s: %s", os.path.join(self.root, key), exc)
+                logger.warning("cannot stat %r: %s", os.path.join(self.root, key), exc)
                 event = None
             if pending.deadline != deadline:
                 continue  # rescheduled: a candidate still settling

@@ -237,7 +237,7 @@ class LocalLister(Lister):
                 skip.append(i)
                 self.malformed += 1
                 if self.malformed <= 10:
-                    logger.warning("skipping %s: %s", os.path.join(root, key), exc)
+                    logger.warning("skipping %r: %s", os.path.join(root, key), exc)
         keep = None
         if skip:
             keep = np.ones(len(paths), dtype=bool)
