@@ -17,8 +17,8 @@ from botocore.config import Config
 
 import volume_stream as vs
 from tests.volume_stream.java_streams import JavaStreams
+from tests.volume_stream.shard_records import boto_drain, log_drain, of_boto, of_java, of_log
 from volume_stream.serve import ShardApiServer
-from volume_stream.serve.records_json import typed
 
 KEY, SECRET, REGION = "AKIDJAVA", "java-secret", "eu-central-1"
 ITERATOR_TYPES = ("TRIM_HORIZON", "LATEST", "AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
@@ -48,74 +48,6 @@ def boto(url, key=KEY, secret=SECRET):
     return boto3.client("dynamodbstreams", endpoint_url=url, region_name=REGION,
                         aws_access_key_id=key, aws_secret_access_key=secret,
                         config=Config(retries={"max_attempts": 1}))
-
-
-def _b64(value):
-    """boto3's typed value with binary as base64 text (as the Java probe prints it)."""
-    if isinstance(value, dict):
-        return {k: _b64(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_b64(v) for v in value]
-    return base64.b64encode(value).decode() if isinstance(value, bytes) else value
-
-
-def comparable(record, *, when):
-    """A GetRecords record as plain data; `when`: its ApproximateCreationDateTime in s."""
-    d = record["dynamodb"]
-    out = {k: record[k] for k in ("eventID", "eventName", "eventVersion", "eventSource",
-                                  "awsRegion")}
-    out["dynamodb"] = {k: _b64(d[k]) for k in ("Keys", "NewImage", "OldImage",
-                                               "SequenceNumber", "SizeBytes",
-                                               "StreamViewType") if k in d}
-    out["dynamodb"]["ApproximateCreationDateTime"] = when
-    return out
-
-
-def of_java(record):
-    return comparable(record, when=float(record["dynamodb"]["ApproximateCreationDateTime"]))
-
-
-def of_boto(record):
-    return comparable(record, when=record["dynamodb"]["ApproximateCreationDateTime"].timestamp())
-
-
-def of_log(r, view_type):
-    """What the change log's own record says, in GetRecords' terms."""
-    def image(values):
-        return {k: typed(v) for k, v in values.items() if v is not None}
-    d = {"Keys": image(r.key), "SequenceNumber": r.sequence_number,
-         "StreamViewType": view_type,
-         "ApproximateCreationDateTime": float(int(r.commit_timestamp.timestamp()))}
-    if r.new_image is not None:
-        d["NewImage"] = image(r.new_image)
-    if r.old_image is not None:
-        d["OldImage"] = image(r.old_image)
-    return r.event_name, d
-
-
-def boto_drain(c, arn, shard_id, kind="TRIM_HORIZON", seq=None, limit=1000):
-    kw = {"SequenceNumber": seq} if seq else {}
-    it = c.get_shard_iterator(StreamArn=arn, ShardId=shard_id, ShardIteratorType=kind,
-                              **kw)["ShardIterator"]
-    out = []
-    while it:
-        page = c.get_records(ShardIterator=it, Limit=limit)
-        out += page["Records"]
-        it = page.get("NextShardIterator")
-        if not page["Records"]:
-            break
-    return out
-
-
-def log_drain(log, shard_id):
-    it, out = log.iterator(shard_id, "TRIM_HORIZON"), []
-    while it:
-        page = log.get_records(it, 1000)
-        out += page.records
-        it = page.next_iterator
-        if not page.records:
-            break
-    return out
 
 
 def java_drain(java, arn, shard_id, kind="TRIM_HORIZON", seq=None, limit=1000):
