@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from botocore.config import Config
 
-import volume_stream as vs
 from tests.volume_stream.java_streams import JavaStreams
+from tests.volume_stream.shard_http import volume_catalog
 from tests.volume_stream.shard_records import boto_drain, log_drain, of_boto, of_java, of_log
 from volume_stream.serve import ShardApiServer
 
@@ -32,9 +32,7 @@ def java():
 
 @pytest.fixture
 def cat(tmp_path, data_dir):
-    cat = vs.connect(tmp_path / "wh")
-    cat.create_volume("vol", data_dir, shards=2)
-    return cat
+    return volume_catalog(tmp_path, data_dir)
 
 
 @pytest.fixture
