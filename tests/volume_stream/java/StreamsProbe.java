@@ -29,7 +29,7 @@ import software.amazon.awssdk.auth.credentials.StaticCredentialsProvider;
 import software.amazon.awssdk.awscore.exception.AwsServiceException;
 import software.amazon.awssdk.core.SdkBytes;
 import software.amazon.awssdk.core.exception.SdkException;
-import software.amazon.awssdk.core.retry.RetryPolicy;
+import software.amazon.awssdk.awscore.retry.AwsRetryStrategy;
 import software.amazon.awssdk.http.apache.ApacheHttpClient;
 import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.services.dynamodb.model.AttributeValue;
@@ -86,7 +86,7 @@ public final class StreamsProbe {
                     .credentialsProvider(StaticCredentialsProvider.create(
                         AwsBasicCredentials.create(f[3], f[4])))
                     .httpClient(ApacheHttpClient.builder().build())
-                    .overrideConfiguration(o -> o.retryPolicy(RetryPolicy.none()))
+                    .overrideConfiguration(o -> o.retryStrategy(AwsRetryStrategy.doNotRetry()))
                     .build();
                 return "{\"ok\":true}";
             case "list":
