@@ -220,15 +220,32 @@ def _image_json_parts(col: pa.ChunkedArray | pa.Array, head: str) -> Parts:
     return [pc.fill_null(_join(*_merged(parts)), "")]
 
 
-def _concatenated(texts: pa.Array) -> bytes:
-    """The values of a string array one after another, straight from its data buffer."""
+def _concatenated(texts: pa.Array) -> memoryview:
+    """The values of a string array one after another: a view of its data buffer."""
     if texts.null_count:  # a record's text is never null: a column it needs was
         raise ValueError(f"{texts.null_count} records have no JSON text")
     width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
     offsets = np.frombuffer(texts.buffers()[1], width)[texts.offset:
                                                        texts.offset + len(texts) + 1]
     data = texts.buffers()[2]
-    return data[int(offsets[0]):int(offsets[-1])].to_pybytes() if data is not None else b""
+    return memoryview(data)[int(offsets[0]):int(offsets[-1])] if data is not None else \
+        memoryview(b"")
+
+
+#: the two hex digits of each byte value, as one uint16 each
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
+
+
+def _event_ids(shard_id: str, seqs: pa.Array) -> pa.Array:
+    """Each record's eventID: the first 32 hex digits of sha256("<shard id>/<sequence
+    number>"), the hex made for the whole page at once."""
+    prefix, sha = f"{shard_id}/".encode(), hashlib.sha256
+    digests = b"".join([sha(prefix + s).digest() for s in seqs.cast(pa.binary()).to_pylist()])
+    n = len(seqs)
+    half = np.frombuffer(digests, np.uint8).reshape(n, 32)[:, :16]
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
+        pa.py_buffer(_HEX[half].tobytes()))
 
 
 def page_json(page: pa.Table, view_type: str, region: str, next_iterator: str | None) -> bytes:
@@ -237,13 +254,10 @@ def page_json(page: pa.Table, view_type: str, region: str, next_iterator: str | 
     text `records_json` writes for the page's records, each record's text made by one
     element-wise concatenation of constant texts and columns."""
     n = page.num_rows
-    body = b""
+    body = memoryview(b",")
     if n:
         seqs = page["sequence_number"].combine_chunks()
-        prefix = f"{page['shard_id'][0].as_py()}/".encode()
-        sha = hashlib.sha256
-        ids = pa.array([sha(prefix + s).hexdigest()[:32]
-                        for s in seqs.cast(pa.binary()).to_pylist()], pa.string())
+        ids = _event_ids(page["shard_id"][0].as_py(), seqs)
         us = pc.cast(page["commit_timestamp"], pa.int64()).to_numpy()
         seconds = np.sign(us) * (np.abs(us) // 1_000_000)    # int(datetime.timestamp())
         sizes = np.maximum(page["size_bytes"].to_numpy(), 1)
@@ -257,8 +271,7 @@ def page_json(page: pa.Table, view_type: str, region: str, next_iterator: str | 
             ',"StreamViewType":' + _enc(view_type),
             *_image_json_parts(page["new_image"], ',"NewImage":'),
             *_image_json_parts(page["old_image"], ',"OldImage":'), "}},"]))
-        body = _concatenated(texts)[:-1]  # the last record's comma
-    out = b'{"Records":[' + body + b"]"
-    if next_iterator:
-        out += b',"NextShardIterator":' + _enc(next_iterator).encode("ascii")
-    return out + b"}"
+        body = _concatenated(texts)
+    tail = b"]}" if not next_iterator else \
+        b'],"NextShardIterator":' + _enc(next_iterator).encode("ascii") + b"}"
+    return b"".join([b'{"Records":[', body[:-1], tail])  # [:-1]: the last record's comma
