@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pyarrow as pa
@@ -165,13 +165,20 @@ def test_endpoint_json_byte_for_byte_with_nulls_in_any_attribute(cat, view_type)
     a comma), strings that need escaping next to nulls, a key column later in the table."""
     store = cat.tables
     store.create("firsts", [Column("note", "STRING"), Column("id", "BIGINT"),
-                            Column("n", "INT"), Column("odd", "STRING")])
+                            Column("n", "INT"), Column("odd", "STRING"), Column("day", "DATE"),
+                            Column("naive", "TIMESTAMP_NTZ"), Column("at", "TIMESTAMP")])
     store.set_properties("firsts", {"change_tracking": "true"})
     cat.disable_change_log("firsts")
     cat.enable_change_log("firsts", view_type=view_type, key="id")
     store.insert("firsts", pa.table({
         "note": [None, "a", None, "q"], "id": pa.array(range(4), pa.int64()),
-        "n": pa.array([1, None, 3, None], pa.int32()), "odd": ['"', None, "\u00e9", "x"]}))
+        "n": pa.array([1, None, 3, None], pa.int32()), "odd": ['"', None, "\u00e9", "x"],
+        "day": pa.array([date(1, 1, 1), None, date(9999, 12, 31), date(1969, 12, 31)]),
+        "naive": pa.array([datetime(1999, 1, 2, 3, 4, 5), None, datetime(999, 1, 1, 0, 0, 0, 1),
+                           datetime(1969, 12, 31, 23, 59, 59, 999999)], pa.timestamp("us")),
+        "at": pa.array([datetime(2026, 1, 1, tzinfo=UTC), None, None,
+                        datetime(1900, 2, 3, 4, 5, 6, 7, tzinfo=UTC)],
+                       pa.timestamp("us", tz="UTC"))}))
     store.update("firsts", {"note": "'x'"}, where="id = 0")
     store.delete("firsts", where="id = 3")
     log = cat.change_log("firsts")

@@ -49,7 +49,7 @@ def typed(value: Any) -> dict[str, Any]:
 
 
 def _general(value: Any) -> str:
-    return json.dumps(typed(value))
+    return json.dumps(typed(value), separators=(",", ":"))
 
 
 def _s(value: str) -> str:
@@ -155,11 +155,39 @@ def _value_parts(col: pa.Array) -> tuple[str, pa.Array, str]:
                              for v in col.to_pylist()], pa.string()), ""
     if pa.types.is_timestamp(t) or pa.types.is_date(t):  # each distinct value once
         distinct = pc.unique(col)
-        texts = pa.array([None if v is None else typed_json(v) for v in pylist(distinct)],
-                         pa.string())
-        return "", texts.take(pc.index_in(col, distinct)), ""
+        texts = _iso_texts(distinct)
+        if texts is None:
+            return "", pa.array([None if v is None else typed_json(v)
+                                 for v in pylist(distinct)], pa.string()).take(
+                pc.index_in(col, distinct)), ""
+        return ('{"S":"', texts.take(pc.index_in(col, distinct)),
+                _ISO_SUFFIX[getattr(t, "tz", None)])
     return "", pa.array([None if v is None else typed_json(v) for v in pylist(col)],
                         pa.string()), ""
+
+
+#: what follows a time's ISO text in its typed JSON, by the column's time zone: the offset
+#: `datetime.isoformat` writes (UTC only; other zones go through Python)
+_ISO_SUFFIX = {None: '"}', "UTC": '+00:00"}', "Etc/UTC": '+00:00"}', "+00:00": '+00:00"}'}
+
+
+def _iso_texts(col: pa.Array) -> pa.Array | None:
+    """`value.isoformat()` of each date, or microsecond timestamp without a zone or in UTC
+    (numpy's `datetime_as_string`, the fraction left out when it is zero as Python does),
+    null where the value is; None for the other time types."""
+    t = col.type
+    if pa.types.is_date32(t):
+        unit, ints = "D", pc.cast(col, pa.int32())
+    elif pa.types.is_timestamp(t) and t.unit == "us" and t.tz in _ISO_SUFFIX:
+        unit, ints = "us", pc.cast(col, pa.int64())
+    else:
+        return None
+    values = ints.fill_null(0).to_numpy(zero_copy_only=False).astype(f"datetime64[{unit}]")
+    texts = pa.array(np.datetime_as_string(values, unit=unit), pa.string())
+    if unit == "us":
+        texts = pc.replace_substring(texts, ".000000", "")
+    return pc.if_else(pc.is_valid(col), texts, pa.scalar(None, pa.string())) \
+        if col.null_count else texts
 
 
 def _values_json(col: pa.Array) -> pa.Array:
