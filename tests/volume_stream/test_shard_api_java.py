@@ -2,7 +2,7 @@
 `DynamoDbStreamsClient` (its own JSON parser, SigV4 signer, HTTP client and enums; one JVM for
 the module, tests/volume_stream/java_streams.py) lists, describes, iterates and reads a volume's
 and a keyed table's change logs over signed HTTP, and what it reads is compared record by record
-with what boto3 reads and with the change log itself."""
+with what boto3 reads and with the change log itself; its async client on Netty reads the same."""
 
 from __future__ import annotations
 
@@ -102,6 +102,9 @@ def test_java_sdk_reads_a_volume_as_boto3_and_the_change_log_do(cat, server, jav
     apply([ev.rm("b c.txt"), ev.put("new.txt", 9)])
     apply([ev.put("new.txt", 10)])
     (records,) = same_everywhere(java, boto(server.url), cat, "vol").values()
+    arn = cat.change_log("vol", region=REGION).arn
+    netty = java.call("async", server.url, REGION, KEY, SECRET, arn)
+    assert [of_java(r) for r in netty["records"]] == [of_java(r) for r in records]
     by_key = {}
     for r in records:
         by_key.setdefault(r["dynamodb"]["Keys"]["relative_path"]["S"], []).append(
@@ -109,7 +112,7 @@ def test_java_sdk_reads_a_volume_as_boto3_and_the_change_log_do(cat, server, jav
     assert by_key == {"a.txt": ["INSERT", "MODIFY"], "b c.txt": ["INSERT", "REMOVE"],
                       'quo"te.txt': ["INSERT"], "new.txt": ["INSERT", "MODIFY"],
                       "caf\u00e9/\u00fcber \U0001f600.txt": ["INSERT"]}
-    desc = java.call("describe", cat.change_log("vol", region=REGION).arn, 100)
+    desc = java.call("describe", arn, 100)
     parents = [s for s in desc["Shards"] if s["EndingSequenceNumber"]]
     assert len(parents) == 2 and desc["pages"] == 1
     children = java.call("children", desc["StreamArn"], parents[0]["ShardId"])["shards"]

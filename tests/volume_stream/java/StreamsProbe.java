@@ -10,6 +10,8 @@
 //   iterator ARN SHARD TYPE SEQ|-       GetShardIterator
 //   records ITERATOR LIMIT              GetRecords, one page
 //   drain ITERATOR LIMIT                GetRecords until an empty page or no next iterator
+//   async URL REGION KEY SECRET ARN     every record of every shard with the async client on
+//                                       Netty (another HTTP stack), shard by shard
 // An SDK error is {"error": {"exception", "code", "status", "message"}}. What is printed is
 // what the SDK's model objects hold: enums as the SDK knows them (UNKNOWN_TO_SDK_VERSION for a
 // value it does not), attribute values as DynamoDB JSON rebuilt from AttributeValue.type().
@@ -31,6 +33,7 @@ import software.amazon.awssdk.core.SdkBytes;
 import software.amazon.awssdk.core.exception.SdkException;
 import software.amazon.awssdk.awscore.retry.AwsRetryStrategy;
 import software.amazon.awssdk.http.apache.ApacheHttpClient;
+import software.amazon.awssdk.http.nio.netty.NettyNioAsyncHttpClient;
 import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.services.dynamodb.model.AttributeValue;
 import software.amazon.awssdk.services.dynamodb.model.DescribeStreamResponse;
@@ -42,6 +45,7 @@ import software.amazon.awssdk.services.dynamodb.model.Shard;
 import software.amazon.awssdk.services.dynamodb.model.ShardFilterType;
 import software.amazon.awssdk.services.dynamodb.model.StreamDescription;
 import software.amazon.awssdk.services.dynamodb.model.StreamRecord;
+import software.amazon.awssdk.services.dynamodb.streams.DynamoDbStreamsAsyncClient;
 import software.amazon.awssdk.services.dynamodb.streams.DynamoDbStreamsClient;
 
 public final class StreamsProbe {
@@ -62,6 +66,10 @@ public final class StreamsProbe {
                     + ",\"code\":" + str(e.awsErrorDetails().errorCode())
                     + ",\"status\":" + e.statusCode()
                     + ",\"message\":" + str(e.awsErrorDetails().errorMessage()) + "}}";
+            } catch (java.util.concurrent.CompletionException e) {
+                Throwable c = e.getCause();
+                out = "{\"error\":{\"exception\":" + str(c.getClass().getSimpleName())
+                    + ",\"message\":" + str(String.valueOf(c.getMessage())) + "}}";
             } catch (SdkException e) {
                 out = "{\"error\":{\"exception\":" + str(e.getClass().getSimpleName())
                     + ",\"message\":" + str(String.valueOf(e.getMessage())) + "}}";
@@ -139,8 +147,40 @@ public final class StreamsProbe {
                 return "{\"records\":[" + String.join(",", out) + "],\"pages\":" + pages
                     + ",\"next\":" + str(it) + "}";
             }
+            case "async":
+                return readAsync(f);
             default:
                 throw new IllegalArgumentException("unknown command " + f[0]);
+        }
+    }
+
+    private static String readAsync(String[] f) {
+        try (DynamoDbStreamsAsyncClient c = DynamoDbStreamsAsyncClient.builder()
+                .endpointOverride(URI.create(f[1]))
+                .region(Region.of(f[2]))
+                .credentialsProvider(StaticCredentialsProvider.create(
+                    AwsBasicCredentials.create(f[3], f[4])))
+                .httpClientBuilder(NettyNioAsyncHttpClient.builder())
+                .overrideConfiguration(o -> o.retryStrategy(AwsRetryStrategy.doNotRetry()))
+                .build()) {
+            List<String> out = new ArrayList<>();
+            for (Shard s : c.describeStream(r -> r.streamArn(f[5])).join()
+                    .streamDescription().shards()) {
+                String it = c.getShardIterator(r -> r.streamArn(f[5]).shardId(s.shardId())
+                    .shardIteratorType("TRIM_HORIZON")).join().shardIterator();
+                while (it != null) {
+                    final String current = it;
+                    GetRecordsResponse page = c.getRecords(r -> r.shardIterator(current)).join();
+                    for (Record r : page.records()) {
+                        out.add(record(r));
+                    }
+                    it = page.nextShardIterator();
+                    if (page.records().isEmpty()) {
+                        break;
+                    }
+                }
+            }
+            return "{\"records\":[" + String.join(",", out) + "]}";
         }
     }
 
