@@ -1,7 +1,8 @@
 """Raw HTTP against the shard API (tests/volume_stream/test_shard_api_*.py): requests written
 byte by byte on a socket, so a test can send what no SDK would (two X-Amz-Target headers, an
 unsigned target, a body other than the one signed, `Content-Length: abc`), and a SigV4 signer
-from botocore that can leave headers out of the signature."""
+from botocore that can leave headers out of the signature. Also the set-up those tests share:
+a catalog with a sharded volume, and a daemon configuration serving the shard API."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+
+import volume_stream as vs
 
 TARGET = "DynamoDBStreams_20120810."
 ERROR_NS = "com.amazonaws.dynamodb.v20120810#"
@@ -39,7 +44,36 @@ class Answer:
         doc = self.doc
         assert set(doc) == {"__type", "message"}, doc
         assert doc["__type"].startswith(ERROR_NS) and doc["message"], doc
+        assert self.headers["x-amz-crc32"] == str(zlib.crc32(self.body)), self.headers
         return doc["__type"][len(ERROR_NS):]
+
+
+def volume_catalog(root: Path, data_dir: Path, shards: int = 2) -> vs.Catalog:
+    """A catalog at `root`/wh (no Spark) with volume "vol" on `data_dir`, its change log in
+    `shards` shards."""
+    cat = vs.connect(root / "wh")
+    cat.create_volume("vol", data_dir, shards=shards)
+    return cat
+
+
+def daemon_toml(path: Path, warehouse: Path, location: Path, **shard_api: str | bool) -> Path:
+    """A daemon configuration at `path`: the warehouse, no metrics, volume "landing" on
+    `location`, and `[shard_api]` enabled with the given settings (in this order)."""
+    lines = [f'warehouse = "{warehouse}"', "[metrics]", "enabled = false", "[shard_api]",
+             "enabled = true"]
+    for name, value in shard_api.items():
+        text = ("true" if value else "false") if isinstance(value, bool) else f'"{value}"'
+        lines.append(f"{name} = {text}")
+    lines += ["[volumes.landing]", f'location = "{location}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def call(url: str, operation: str, body: dict | bytes, **kw) -> Answer | None:
+    """`send` a request for `operation` (only its X-Amz-Target header: unsigned) with `body`
+    (a dict is sent as JSON)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return send(url, [("X-Amz-Target", TARGET + operation)], data, **kw)
 
 
 def address(url: str) -> tuple[str, int]:

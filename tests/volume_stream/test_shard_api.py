@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
-
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 import volume_stream as vs
+from tests.volume_stream.shard_http import call, daemon_toml, volume_catalog
 from volume_stream.serve import ShardApiServer
 
 
 @pytest.fixture
 def cat(tmp_path, data_dir):
-    cat = vs.connect(tmp_path / "wh")
-    cat.create_volume("vol", data_dir, shards=2)
-    return cat
+    return volume_catalog(tmp_path, data_dir)
 
 
 def apply(cat, *events, volume="vol"):
@@ -147,14 +143,9 @@ def test_errors_as_dynamodb_sends_them(cat, server, ev, tmp_path):
     with pytest.raises(ClientError) as err:
         c.get_records(ShardIterator=it, Limit=1001)
     assert code(err) == "ValidationException"
-    # raw wire: the error document has __type
-    req = urllib.request.Request(server.url, data=json.dumps({"StreamArn": "x"}).encode(),
-                                 headers={"X-Amz-Target": "DynamoDBStreams_20120810.DescribeStream",
-                                          "Content-Type": "application/x-amz-json-1.0"})
-    with pytest.raises(urllib.error.HTTPError) as raw:
-        urllib.request.urlopen(req, timeout=10)
-    doc = json.loads(raw.value.read())
-    assert raw.value.code == 400 and doc["__type"].endswith("#ResourceNotFoundException")
+    # raw wire: the error document has __type and message, the answer DynamoDB's x-amz-crc32
+    raw = call(server.url, "DescribeStream", {"StreamArn": "x"})
+    assert raw.status == 400 and raw.error == "ResourceNotFoundException"
 
 
 def test_trimmed_data_access(tmp_path, data_dir, ev):
@@ -192,12 +183,8 @@ def test_signatures_checked_with_keys(cat, ev):
         with pytest.raises(ClientError) as err:
             client(server.url, key="AKIDOTHER").list_streams()
         assert code(err) == "UnrecognizedClientException"
-        req = urllib.request.Request(server.url, data=b"{}", headers={
-            "X-Amz-Target": "DynamoDBStreams_20120810.ListStreams"})
-        with pytest.raises(urllib.error.HTTPError) as raw:
-            urllib.request.urlopen(req, timeout=10)
-        assert raw.value.code == 400
-        assert "MissingAuthenticationToken" in json.loads(raw.value.read())["__type"]
+        raw = call(server.url, "ListStreams", {})       # unsigned
+        assert raw.status == 400 and raw.error == "MissingAuthenticationTokenException"
 
 
 def test_cli_serves_signed_requests_until_interrupted(cat, ev, tmp_path):
@@ -239,20 +226,8 @@ def test_daemon_serves_shard_api_from_toml(tmp_path, data_dir, ev, monkeypatch):
     from volume_stream.daemon import Daemon
     from volume_stream.errors import ConfigError
 
-    toml = tmp_path / "vs.toml"
-    toml.write_text(f"""
-warehouse = "{tmp_path / 'wh'}"
-[metrics]
-enabled = false
-[shard_api]
-enabled = true
-listen = "127.0.0.1:0"
-require_signature = true
-region = "eu-west-1"
-account_id = "123456789012"
-[volumes.landing]
-location = "{data_dir}"
-""")
+    toml = daemon_toml(tmp_path / "vs.toml", tmp_path / "wh", data_dir, listen="127.0.0.1:0",
+                       require_signature=True, region="eu-west-1", account_id="123456789012")
     cfg = DaemonConfig.load(toml)
     assert cfg.shard_api.enabled and cfg.shard_api.listen == "127.0.0.1:0"
     with pytest.raises(ConfigError, match="VOLUME_STREAM_SHARD_API_SECRET"):

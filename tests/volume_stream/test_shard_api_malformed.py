@@ -15,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-import volume_stream as vs
-from tests.volume_stream.shard_http import TARGET, address, no_handlers_running, send
+from tests.volume_stream.shard_http import (
+    TARGET,
+    address,
+    call,
+    daemon_toml,
+    no_handlers_running,
+    send,
+    volume_catalog,
+)
 from volume_stream.errors import ConfigError
 from volume_stream.serve import ShardApiServer
 
@@ -25,9 +32,7 @@ CLI = str(Path(sys.executable).parent / "volume-stream")
 
 @pytest.fixture
 def cat(tmp_path, data_dir):
-    cat = vs.connect(tmp_path / "wh")
-    cat.create_volume("vol", data_dir, shards=2)
-    return cat
+    return volume_catalog(tmp_path, data_dir)
 
 
 @pytest.fixture
@@ -36,13 +41,8 @@ def server(cat):
         yield s
 
 
-def call(server, operation, body, **kw):
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return send(server.url, [("X-Amz-Target", TARGET + operation)], data, **kw)
-
-
 def alive(server):
-    answer = call(server, "ListStreams", {})
+    answer = call(server.url, "ListStreams", {})
     assert answer.status == 200 and answer.doc["Streams"][0]["TableName"] == "vol"
     return answer.doc["Streams"][0]["StreamArn"]
 
@@ -56,7 +56,7 @@ def wait_for(condition, what, timeout=30.0):
 
 def test_json_nested_200k_deep(server):
     for deep in (b"[" * 200_000 + b"]" * 200_000, b'{"a":' * 150_000 + b"1" + b"}" * 150_000):
-        answer = call(server, "ListStreams", deep)
+        answer = call(server.url, "ListStreams", deep)
         assert answer.status == 400 and answer.error == "SerializationException"
     alive(server)
 
@@ -84,20 +84,20 @@ def test_json_nested_200k_deep(server):
 def test_members_of_the_wrong_json_type(server, operation, body, member):
     arn = alive(server)
     body = json.loads(json.dumps(body).replace('"ARN"', json.dumps(arn)))
-    answer = call(server, operation, body)
+    answer = call(server.url, operation, body)
     assert answer.status == 400 and answer.error == "SerializationException", answer.doc
     assert member in answer.doc["message"]
 
 
 @pytest.mark.parametrize("body", [b"[]", b'"x"', b"12", b"null", b"{", b"\xff\xfe", b"{}x"])
 def test_bodies_that_are_not_a_json_object(server, body):
-    answer = call(server, "ListStreams", body)
+    answer = call(server.url, "ListStreams", body)
     assert answer.status == 400 and answer.error == "SerializationException"
 
 
 @pytest.mark.parametrize("length", ["abc", "-1", "1 2", "0x10", "", "99999999999999999999"])
 def test_bad_content_length(server, length):
-    answer = call(server, "ListStreams", b"{}", content_length=length)
+    answer = call(server.url, "ListStreams", b"{}", content_length=length)
     assert answer.status in (400, 413) and answer.error in ("ValidationException",
                                                             "SerializationException")
     assert "Content-Length" in answer.doc["message"]
@@ -107,11 +107,11 @@ def test_bad_content_length(server, length):
 
 def test_body_size_is_bounded(server):
     big = b'{"TableName": "' + b"x" * (1024 * 1024) + b'"}'
-    answer = call(server, "ListStreams", big)
+    answer = call(server.url, "ListStreams", big)
     assert answer.status == 413 and answer.error == "ValidationException"
     assert "1048576" in answer.doc["message"]
     # the announced size alone is enough: the server does not wait for the body
-    answer = call(server, "ListStreams", b"", content_length=str(50 * 1024 * 1024))
+    answer = call(server.url, "ListStreams", b"", content_length=str(50 * 1024 * 1024))
     assert answer.status == 413 and answer.headers.get("connection") == "close"
     alive(server)
 
@@ -121,7 +121,7 @@ def test_chunked_and_short_bodies(server):
             "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n").encode()
     answer = send(server.url, None, raw=head)
     assert answer.status == 400 and "Content-Length" in answer.doc["message"]
-    answer = call(server, "ListStreams", b"{}", content_length="10")  # then EOF
+    answer = call(server.url, "ListStreams", b"{}", content_length="10")  # then EOF
     assert answer.status == 400 and answer.error == "SerializationException"
     # a client that stalls mid-body is answered after the server's client timeout
     with socket.create_connection(address(server.url), timeout=30) as sock:
@@ -153,8 +153,8 @@ def test_not_post_and_garbage_request_lines(server):
 def test_clients_that_go_away_leave_no_traceback(server, capfd):
     for n in range(1, 4):
         # mid-body (the server is reading) and after a whole request (it is answering)
-        call(server, "ListStreams", b"{}", content_length="100", reset=True)
-        call(server, "ListStreams", b"{}", reset=True)
+        call(server.url, "ListStreams", b"{}", content_length="100", reset=True)
+        call(server.url, "ListStreams", b"{}", reset=True)
         wait_for(lambda n=n: server.disconnects >= n, "the disconnects to be seen")
     alive(server)
     no_handlers_running()
@@ -189,8 +189,7 @@ def test_cli_refuses_an_open_public_listen(cat):
             assert line or proc.poll() is None, "shard-api exited early"
         assert "no authentication" in line
         port = re.search(r"http://0\.0\.0\.0:(\d+)", line).group(1)
-        answer = send(f"http://127.0.0.1:{port}", [("X-Amz-Target", TARGET + "ListStreams")],
-                      b'{"TableName": {}}')
+        answer = call(f"http://127.0.0.1:{port}", "ListStreams", {"TableName": {}})
         assert answer.status == 400 and answer.error == "SerializationException"
     finally:
         proc.send_signal(signal.SIGINT)
@@ -202,22 +201,10 @@ def test_daemon_refuses_an_open_public_listen(tmp_path, data_dir):
     from volume_stream.config.daemon import DaemonConfig
     from volume_stream.daemon import Daemon
 
-    toml = tmp_path / "vs.toml"
-    toml.write_text(f"""
-warehouse = "{tmp_path / 'wh'}"
-[metrics]
-enabled = false
-[shard_api]
-enabled = true
-listen = "0.0.0.0:0"
-[volumes.landing]
-location = "{data_dir}"
-""")
+    toml = daemon_toml(tmp_path / "vs.toml", tmp_path / "wh", data_dir, listen="0.0.0.0:0")
     with pytest.raises(ConfigError, match="allow_anonymous"):
         Daemon(DaemonConfig.load(toml)).start()
     toml.write_text(toml.read_text().replace("[shard_api]", "[shard_api]\nallow_anonymous = true"))
     with Daemon(DaemonConfig.load(toml)) as daemon:
         port = daemon.shard_api.url.rsplit(":", 1)[1]
-        answer = send(f"http://127.0.0.1:{port}", [("X-Amz-Target", TARGET + "ListStreams")],
-                      b"{}")
-        assert answer.status == 200
+        assert call(f"http://127.0.0.1:{port}", "ListStreams", {}).status == 200

@@ -49,7 +49,7 @@ def typed(value: Any) -> dict[str, Any]:
 
 
 def _general(value: Any) -> str:
-    return json.dumps(typed(value))
+    return json.dumps(typed(value), separators=(",", ":"))
 
 
 def _s(value: str) -> str:
@@ -134,70 +134,172 @@ def _join(*parts: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _values_json(col: pa.Array) -> pa.Array:
-    """Each value's typed JSON (`typed_json`), null where the value is null."""
+Part = str | pa.Array
+#: parts a record's text is joined from: constant text, or a string column (null: leave out)
+Parts = list[Part]
+
+
+def _value_parts(col: pa.Array) -> tuple[str, pa.Array, str]:
+    """(before, texts, after): each value's typed JSON (`typed_json`) is before + its text +
+    after; a text is null where the value is null."""
     t = col.type
     if pa.types.is_integer(t):
-        return _join('{"N":"', pc.cast(col, pa.string()), '"}')
+        return '{"N":"', pc.cast(col, pa.string()), '"}'
     if pa.types.is_boolean(t):
-        return pc.if_else(col, '{"BOOL":true}', '{"BOOL":false}')
+        return "", pc.if_else(col, '{"BOOL":true}', '{"BOOL":false}'), ""
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         col = col.cast(pa.string())
         if not pc.any(pc.match_substring_regex(col, _NEEDS_ESCAPE)).as_py():
-            return _join('{"S":"', col, '"}')
-        return pa.array([None if v is None else '{"S":' + _enc(v) + "}"
-                         for v in col.to_pylist()], pa.string())
+            return '{"S":"', col, '"}'
+        return "", pa.array([None if v is None else '{"S":' + _enc(v) + "}"
+                             for v in col.to_pylist()], pa.string()), ""
     if pa.types.is_timestamp(t) or pa.types.is_date(t):  # each distinct value once
         distinct = pc.unique(col)
-        texts = pa.array([None if v is None else typed_json(v) for v in pylist(distinct)],
-                         pa.string())
-        return texts.take(pc.index_in(col, distinct))
-    return pa.array([None if v is None else typed_json(v) for v in pylist(col)], pa.string())
+        texts = _iso_texts(distinct)
+        if texts is None:
+            return "", pa.array([None if v is None else typed_json(v)
+                                 for v in pylist(distinct)], pa.string()).take(
+                pc.index_in(col, distinct)), ""
+        return ('{"S":"', texts.take(pc.index_in(col, distinct)),
+                _ISO_SUFFIX[getattr(t, "tz", None)])
+    return "", pa.array([None if v is None else typed_json(v) for v in pylist(col)],
+                        pa.string()), ""
 
 
-def _images_json(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """Each struct's typed attribute map as JSON (null attributes left out), null where the
-    struct is null."""
+#: what follows a time's ISO text in its typed JSON, by the column's time zone: the offset
+#: `datetime.isoformat` writes (UTC only; other zones go through Python)
+_ISO_SUFFIX = {None: '"}', "UTC": '+00:00"}', "Etc/UTC": '+00:00"}', "+00:00": '+00:00"}'}
+
+
+def _iso_texts(col: pa.Array) -> pa.Array | None:
+    """`value.isoformat()` of each date, or microsecond timestamp without a zone or in UTC
+    (numpy's `datetime_as_string`, the fraction left out when it is zero as Python does),
+    null where the value is; None for the other time types."""
+    t = col.type
+    if pa.types.is_date32(t):
+        unit, ints = "D", pc.cast(col, pa.int32())
+    elif pa.types.is_timestamp(t) and t.unit == "us" and t.tz in _ISO_SUFFIX:
+        unit, ints = "us", pc.cast(col, pa.int64())
+    else:
+        return None
+    values = ints.fill_null(0).to_numpy(zero_copy_only=False).astype(f"datetime64[{unit}]")
+    texts = pa.array(np.datetime_as_string(values, unit=unit), pa.string())
+    if unit == "us":
+        texts = pc.replace_substring(texts, ".000000", "")
+    return pc.if_else(pc.is_valid(col), texts, pa.scalar(None, pa.string())) \
+        if col.null_count else texts
+
+
+def _values_json(col: pa.Array) -> pa.Array:
+    """Each value's typed JSON (`typed_json`), null where the value is null."""
+    before, texts, after = _value_parts(col)
+    return _join(before, texts, after) if before or after else texts
+
+
+def _image_parts(arr: pa.StructArray, head: str) -> Parts:
+    """The parts of `head` + each struct's typed attribute map as JSON (null attributes left
+    out), for a struct array whose rows are all valid, or whose first attribute is null only
+    where the struct is (the row's text is then null). Attributes that are never null are
+    parts of their own (no copy made for them); one that is sometimes null is a part of its
+    own `,"name":{...}` text, "" where null."""
+    fields = arr.flatten()  # children with the struct's nulls applied
+    parts: Parts = [head + "{"]
+    for i, (f, child) in enumerate(zip(arr.type, fields, strict=True)):
+        name = ("," if i else "") + _NAMES[f.name] + ":"
+        before, texts, after = _value_parts(child)
+        if i == 0 or child.null_count == arr.null_count:
+            parts += [name + before, texts, after]
+        else:
+            parts.append(pc.fill_null(_join(name + before, texts, after), ""))
+    parts.append("}")
+    return parts
+
+
+def _merged(parts: Parts) -> Parts:
+    """`parts` with neighbouring constant texts joined (fewer arguments to the kernel)."""
+    out: Parts = []
+    for p in parts:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        elif not (isinstance(p, str) and not p):
+            out.append(p)
+    return out
+
+
+def _image_json_parts(col: pa.ChunkedArray | pa.Array, head: str) -> Parts:
+    """The parts of `head` + the typed JSON of each struct (`_image_parts`), "" for the rows
+    where the struct is null."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if arr.null_count == len(arr):
-        return pa.nulls(len(arr), pa.string())
-    fields = arr.flatten()  # children with the struct's nulls applied
-    # each attribute as `"name":{...},` ("" when null), joined, the last comma cut
-    frags = [pc.fill_null(_join(_NAMES[f.name] + ":", _values_json(child), ","), "")
-             for f, child in zip(arr.type, fields, strict=True)]
-    body = _join("{", pc.utf8_rtrim(_join(*frags) if len(frags) > 1 else frags[0],
-                                    characters=","), "}")
-    return pc.if_else(pc.is_valid(arr), body, pa.scalar(None, pa.string()))
+        return [""]
+    fields = arr.flatten()
+    if fields and fields[0].null_count == arr.null_count:
+        parts = _image_parts(arr, head)
+    else:  # the first attribute is null in some rows: it may not lead without a comma
+        frags = [pc.fill_null(_join("," + _NAMES[f.name] + ":", _values_json(child)), "")
+                 for f, child in zip(arr.type, fields, strict=True)]
+        whole = _join(*frags) if len(frags) > 1 else frags[0]
+        parts = [head + "{", pc.utf8_slice_codeunits(whole, 1), "}"]
+        if arr.null_count:
+            parts = [pc.if_else(pc.is_valid(arr), _join(*_merged(parts)),
+                                pa.scalar(None, pa.string()))]
+    if not arr.null_count:
+        return parts
+    return [pc.fill_null(_join(*_merged(parts)), "")]
+
+
+def _concatenated(texts: pa.Array) -> memoryview:
+    """The values of a string array one after another: a view of its data buffer."""
+    if texts.null_count:  # a record's text is never null: a column it needs was
+        raise ValueError(f"{texts.null_count} records have no JSON text")
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], width)[texts.offset:
+                                                       texts.offset + len(texts) + 1]
+    data = texts.buffers()[2]
+    return memoryview(data)[int(offsets[0]):int(offsets[-1])] if data is not None else \
+        memoryview(b"")
+
+
+#: the two hex digits of each byte value, as one uint16 each
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
+
+
+def _event_ids(shard_id: str, seqs: pa.Array) -> pa.Array:
+    """Each record's eventID: the first 32 hex digits of sha256("<shard id>/<sequence
+    number>"), the hex made for the whole page at once."""
+    prefix, sha = f"{shard_id}/".encode(), hashlib.sha256
+    digests = b"".join([sha(prefix + s).digest() for s in seqs.cast(pa.binary()).to_pylist()])
+    n = len(seqs)
+    half = np.frombuffer(digests, np.uint8).reshape(n, 32)[:, :16]
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
+        pa.py_buffer(_HEX[half].tobytes()))
 
 
 def page_json(page: pa.Table, view_type: str, region: str, next_iterator: str | None) -> bytes:
     """The GetRecords response document of a page table (`ChangeLog.get_records_arrow`) as
     UTF-8 (ASCII) JSON, built column by column (Arrow compute): no dict per record; the same
-    text `records_json` writes for the page's records."""
+    text `records_json` writes for the page's records, each record's text made by one
+    element-wise concatenation of constant texts and columns."""
     n = page.num_rows
-    body = ""
+    body = memoryview(b",")
     if n:
         seqs = page["sequence_number"].combine_chunks()
-        shard = page["shard_id"][0].as_py()
-        sha = hashlib.sha256
-        ids = pa.array([sha(f"{shard}/{s}".encode()).hexdigest()[:32]
-                        for s in seqs.to_pylist()], pa.string())
+        ids = _event_ids(page["shard_id"][0].as_py(), seqs)
         us = pc.cast(page["commit_timestamp"], pa.int64()).to_numpy()
         seconds = np.sign(us) * (np.abs(us) // 1_000_000)    # int(datetime.timestamp())
         sizes = np.maximum(page["size_bytes"].to_numpy(), 1)
-        new, old = _images_json(page["new_image"]), _images_json(page["old_image"])
-        texts = _join(
+        texts = _join(*_merged([
             '{"eventID":"', ids, '","eventName":"', page["event_name"].combine_chunks(),
             '","eventVersion":"1.1","eventSource":"aws:dynamodb","awsRegion":' + _enc(region)
             + ',"dynamodb":{"ApproximateCreationDateTime":',
-            pc.cast(pa.array(seconds), pa.string()), ',"Keys":', _images_json(page["keys"]),
+            pc.cast(pa.array(seconds), pa.string()),
+            *_image_json_parts(page["keys"], ',"Keys":'),
             ',"SequenceNumber":"', seqs, '","SizeBytes":', pc.cast(pa.array(sizes), pa.string()),
             ',"StreamViewType":' + _enc(view_type),
-            pc.fill_null(_join(',"NewImage":', new), ""),
-            pc.fill_null(_join(',"OldImage":', old), ""), "}}")
-        body = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), texts),
-                              ",")[0].as_py()
-    out = '{"Records":[' + body + "]"
-    if next_iterator:
-        out += ',"NextShardIterator":' + _enc(next_iterator)
-    return (out + "}").encode("ascii")
+            *_image_json_parts(page["new_image"], ',"NewImage":'),
+            *_image_json_parts(page["old_image"], ',"OldImage":'), "}},"]))
+        body = _concatenated(texts)
+    tail = b"]}" if not next_iterator else \
+        b'],"NextShardIterator":' + _enc(next_iterator).encode("ascii") + b"}"
+    return b"".join([b'{"Records":[', body[:-1], tail])  # [:-1]: the last record's comma

@@ -27,6 +27,7 @@ import re
 import socket
 import sys
 import threading
+import zlib
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -104,6 +105,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", _JSON)
         self.send_header("Content-Length", str(len(data)))
+        # DynamoDB's checksum of the body, on every answer; the SDKs check it when it is there
+        # (the Go SDK v2 logs a mismatch for every answer without it)
+        self.send_header("x-amz-crc32", str(zlib.crc32(data)))
         self.send_header("x-amzn-RequestId", f"{threading.get_ident():x}")
         if close:
             self.send_header("Connection", "close")
