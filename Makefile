@@ -27,18 +27,23 @@ jars: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# the fast suite: everything but the real-process scenarios (`slow`: each starts its own Spark
+# JVMs, SIGKILLs daemons 20 times, runs a local cluster) and the long random runs (`soak`)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not soak"
+	$(PY) -m pytest -q -m "not soak and not slow"
 
-# hundreds of random histories against the oracle (tests/volume_stream/test_histories.py), 3000
+# the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
+# 20 times, pipeline crashes, the Structured Streaming source's restarts), hundreds of random
+# histories against the oracle (tests/volume_stream/test_histories.py), 3000
 # random requests against the shard API (tests/volume_stream/test_shard_api_fuzz.py; a
 # SHARD-API-FUZZ line), 1000 random DELETE/UPDATE/MERGE conditions against Spark SQL
 # (tests/volume_stream/tables/test_predicates.py), then the full fault scenario: a daemon SIGKILLed 20 times under 10%
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line)
 soak: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
-		tests/volume_stream/test_histories.py
+		tests/volume_stream/test_histories.py tests/interop/test_histories.py
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
 		-m soak tests/volume_stream/test_shard_api_fuzz.py
 	VS_PREDICATE_EXAMPLES=1000 $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \

@@ -581,17 +581,15 @@ def test_lister_unreadable_directory_raises(root: Path) -> None:
         (root / "locked").chmod(0o755)
 
 
-def test_lister_is_fast(root: Path) -> None:
+def test_lister_lists_every_file_of_many_folders(root: Path) -> None:
+    # (its speed is measured by `make bench`'s backfill lines, not asserted here)
     for d in range(20):
         sub = root / f"d{d}"
         sub.mkdir()
-        for i in range(1000):
+        for i in range(100):
             (sub / f"f{i}").touch()
-    start = time.perf_counter()
-    rows = sum(b.num_rows for b in list_local(root))
-    elapsed = time.perf_counter() - start
-    # ~0.1 s on an idle machine; the bound leaves room for a loaded CI box
-    assert rows == 20_000 and elapsed < 5.0
+    paths = [p for b in list_local(root) for p in b.column("relative_path").to_pylist()]
+    assert sorted(paths) == sorted(f"d{d}/f{i}" for d in range(20) for i in range(100))
 
 
 # ---------------------------------------------------------------------------------- reader
