@@ -40,6 +40,7 @@ from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
 from volume_stream.daemon.pipeline_runner import PipelineRunner, SharedSpark
 from volume_stream.daemon.volume_runner import VolumeRunner
 from volume_stream.errors import AlreadyExistsError, ConfigError, InvalidInputError
+from volume_stream.serve.charts import Timeline
 from volume_stream.serve.status import StatusSource
 from volume_stream.volumes import normalize_location
 from volume_stream.volumes.watcher import VolumeWatcher
@@ -73,6 +74,8 @@ class Daemon:
         self.catalog = catalog or self._retrying("opening the warehouse", lambda: connect(
             config.warehouse, storage_options=config.storage_options))
         self.metrics = metrics or DaemonMetrics()
+        #: the counters and pending changes the status page charts, one sample per stats pass
+        self.timeline = Timeline()
         self._open_watcher = open_watcher or self.catalog.watcher
         #: the one Spark session of in-process pipelines and of the Spark Connect server
         self.spark = SharedSpark(config.spark, master=config.spark_master)
@@ -166,7 +169,7 @@ class Daemon:
         self._retrying("preparing volumes and streams", self.prepare)
         cfg = self.config
         if cfg.metrics.enabled:
-            status = (StatusSource(self.catalog, live=self.live_status)
+            status = (StatusSource(self.catalog, live=self.live_status, timeline=self.timeline)
                       if cfg.metrics.status_page else None)
             token = Settings().ui_token
             with _binding(f"{cfg.metrics.host}:{cfg.metrics.port}", "[metrics] port"):
@@ -342,6 +345,7 @@ class Daemon:
         Reading a stream's pending changes costs O(changes), never O(files).
         """
         m = self.metrics
+        pending_total = 0
         for name in self.runners:
             table = self.catalog.directory_table(name)
             m.directory_version.labels(name).set(table.version())
@@ -357,6 +361,8 @@ class Daemon:
                 continue
             pending = -1 if info["stale"] else info["pending_changes"]
             m.stream_pending.labels(stream["name"], stream["volume"]).set(pending)
+            pending_total += max(pending, 0)
+        self.timeline.record({**m.totals(), "pending": pending_total})
 
 
 def queue_missing(cfg: VolumeConfig, stored: dict[str, Any] | None) -> str | None:

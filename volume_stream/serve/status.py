@@ -25,10 +25,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from volume_stream.errors import InvalidInputError, VolumeStreamError, converted
+from volume_stream.serve.charts import Timeline, charts
+from volume_stream.serve.file_history import file_history
 
 __all__ = ["StatusSource", "Live"]
 
@@ -75,6 +76,8 @@ class StatusSource:
         catalog: The warehouse's `Catalog`.
         live: What a daemon adds (listener and pipeline states); None without a daemon.
         clock: Now, as an aware UTC datetime (tests and `staleness_s`).
+        timeline: The daemon's samples of its counters and pending changes (charts); None:
+            a timeline of this source's own, holding the pending changes of each `status()`.
 
     Example:
         >>> facts = StatusSource(connect("./warehouse")).status()
@@ -83,10 +86,13 @@ class StatusSource:
     """
 
     def __init__(self, catalog: Any, live: Live | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 timeline: Timeline | None = None) -> None:
         self.catalog = catalog
         self.live = live
         self.clock = clock
+        self._own_timeline = timeline is None
+        self.timeline = Timeline() if timeline is None else timeline
         self._lock = threading.Lock()
         self._bytes: dict[tuple[str, int], int] = {}
         self._history: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -96,7 +102,8 @@ class StatusSource:
         """Every volume, stream, pipeline and change log, as plain JSON-able values."""
         now = self.clock()
         live = self._live()
-        volumes = self.volumes(live)
+        histories: list[tuple[list[datetime], bool]] = []
+        volumes = self.volumes(live, histories)
         facts = {
             "generated_at": _iso(now),
             "warehouse": str(self.catalog.warehouse.uri),
@@ -116,6 +123,10 @@ class StatusSource:
             "errors": sum(1 for part in ("volumes", "streams", "pipelines")
                           for row in facts[part] if row.get("error")),
         }
+        if self._own_timeline:
+            self.timeline.record({"pending": facts["summary"]["pending_changes"]},
+                                 at=now.timestamp())
+        facts["charts"] = charts(histories, self.timeline, now=now.timestamp())
         return _plain(facts)
 
     def _live(self) -> dict[str, Any]:
@@ -127,8 +138,11 @@ class StatusSource:
             return {"error": _error(exc)}
 
     # ------------------------------------------------------------------ volumes
-    def volumes(self, live: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One row per volume; under a daemon with its listener's state."""
+    def volumes(self, live: dict[str, Any] | None = None,
+                histories: list[tuple[list[datetime], bool]] | None = None
+                ) -> list[dict[str, Any]]:
+        """One row per volume; under a daemon with its listener's state. `histories` gets
+        each volume's commit times read (and whether they are all of them) for the charts."""
         runners = (live or {}).get("volumes", {})
         rows = []
         for info in self.catalog.list_volumes():
@@ -137,7 +151,11 @@ class StatusSource:
             try:
                 table = self.catalog.directory_table(info["name"])
                 row["bytes"] = self._volume_bytes(table, info["version"])
-                last = self._commits(table, info["version"])[:1]
+                commits = self._commits(table, info["version"])
+                last = commits[:1]
+                if histories is not None:
+                    histories.append(([c["timestamp"] for c in commits],
+                                      len(commits) < _HISTORY))
                 row["last_commit"] = _iso(last[0]["timestamp"]) if last else None
                 row["last_operation"] = last[0]["operation"] if last else None
             except Exception as exc:
@@ -275,47 +293,19 @@ class StatusSource:
 
     # ------------------------------------------------------------------ one file
     def file_history(self, volume: str, path: str) -> dict[str, Any]:
-        """Every change record of `path` in the volume's kept versions, oldest first, and its
-        row at the latest version (None once deleted).
+        """Every change of `path` in the volume's kept versions, oldest first, its row at each
+        of those versions (time travel), the stream records they made, and its row at the
+        latest version (None once deleted): `serve.file_history`.
 
         Raises:
             NotFoundError: no such volume.
             InvalidInputError: an empty path.
         """
-        path = path.strip().lstrip("/")
-        if not path:
-            raise InvalidInputError("give the file's path relative to the volume, e.g. a/b.csv")
         table = self.catalog.directory_table(volume)
         with converted(f"volume {volume!r}"):
-            latest, oldest = table.version(), table.oldest_version()
-            changes = table.changes(max(oldest - 1, 0), latest) if latest > 0 else None
-            bucket = table.layout().bucket_of(path)
-            now = table.snapshot(latest, buckets=[bucket])
-            now = now.filter(pc.equal(now["relative_path"], pa.scalar(path)))
-            times = {c["version"]: _iso(c["timestamp"]) for c in self._commits(table, latest)}
-        rows: list[dict[str, Any]] = []
-        if changes is not None and changes.num_rows:
-            mine = changes.filter(pc.equal(changes["relative_path"], pa.scalar(path)))
-            keep = [c for c in ("_commit_version", "_change_type", "size",
-                                "last_modified_time", "etag", "url") if c in mine.column_names]
-            rows = sorted(mine.select(keep).to_pylist(),
-                          key=lambda r: (r.get("_commit_version") or 0,
-                                         _CHANGE_ORDER.get(r.get("_change_type"), 9)))
-            for r in rows:
-                r["_commit_timestamp"] = times.get(r["_commit_version"])
-        current = None
-        if now.num_rows:
-            current = {k: v for k, v in now.to_pylist()[0].items()
-                       if k in ("relative_path", "url", "size", "last_modified_time", "etag",
-                                "_image_version")}
-        return _plain({"volume": volume, "path": path, "latest_version": latest,
-                       "oldest_version": oldest, "exists": current is not None,
-                       "current": current,
-                       "versions": sorted({r["_commit_version"] for r in rows}),
-                       "changes": rows})
-
-
-_CHANGE_ORDER = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
+            times = {c["version"]: _iso(c["timestamp"])
+                     for c in self._commits(table, table.version())}
+        return _plain(file_history(table, volume, path, times))
 
 
 def _listener_state(runner: dict[str, Any]) -> str:
