@@ -274,3 +274,37 @@ def test_a_public_metrics_port_without_a_token_serves_metrics_but_not_the_page(w
         assert status == 403 and "VOLUME_STREAM_UI_TOKEN" in json.loads(body)["error"]
         assert get(f"{server.url}/status.json")[0] == 404
         assert get(f"{server.url}/metrics")[0] == 200
+
+
+def test_kept_facts_match_describe_as_commits_arrive(tmp_path):
+    """The page's kept, incremental facts (serve.facts) say what `describe_stream` and a full
+    read say, for every mode and offset, commit after commit, and after a consume."""
+    data = tmp_path / "data"
+    data.mkdir()
+    cat = vs.connect(tmp_path / "wh")
+    cat.create_volume("land", data)
+    source = StatusSource(cat, min_interval_s=0)
+    (data / "a.txt").write_text("a")
+    cat.refresh("land")
+    cat.create_stream("std", on_volume="land")
+    cat.create_stream("app", on_volume="land", mode="APPEND_ONLY")
+    cat.create_stream("init", on_volume="land", show_initial_rows=True)
+    steps = [lambda: (data / "b.txt").write_text("bb"),
+             lambda: (data / "a.txt").write_text("a, longer"),
+             lambda: (data / "b.txt").unlink(),
+             lambda: (data / "c.txt").write_text("ccc")]
+    for i, step in enumerate(steps):
+        step()
+        cat.refresh("land")
+        if i == 1:
+            with cat.consume("std"):
+                pass
+        facts = source.status()
+        by_name = {s["name"]: s for s in facts["streams"]}
+        for name in ("std", "app", "init"):
+            described = cat.describe_stream(name)
+            assert by_name[name]["pending_changes"] == described["pending_changes"], (i, name)
+            assert by_name[name]["latest_version"] == described["latest_version"]
+        (vol,) = facts["volumes"]
+        assert vol["bytes"] == sum(p.stat().st_size for p in data.iterdir()), i
+        assert vol["files"] == len(list(data.iterdir()))

@@ -17,7 +17,6 @@ finds the file.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
