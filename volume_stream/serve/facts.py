@@ -4,8 +4,9 @@ A page polled every 2 seconds over 100 volumes and 1,000 streams cannot open eve
 table and read every stream's change feed each time. `VolumeFacts` keeps one volume's table
 open and, per version, its files, bytes, oldest kept version and latest commits; a poll that
 finds the version unchanged reads nothing but the log's listing. When a version arrives, only
-the new commits are read: their history entries, their change feed (the bytes move by the
-sizes it adds and removes), appended to the change rows kept for the streams.
+the new commits are read: their history entries and their change feed (files and bytes move by
+what it inserts and deletes), appended to the change rows kept for the streams. The oldest kept
+version (a listing of the whole log) is looked at again every `OLDEST_RECHECK_S`.
 
 A stream's pending changes are those of its offset's range (a, latest], computed from the kept
 change rows with the stream rules of `streams.changes` (the same as `describe_stream`) once
@@ -35,6 +36,9 @@ __all__ = ["HISTORY", "VolumeFacts"]
 
 #: commits kept per volume, newest first (to date pending changes, and for the charts)
 HISTORY = 200
+#: seconds between two looks at the oldest kept version (a listing of the whole log, which
+#: only retention moves): a stream turns stale on the page at most this late
+OLDEST_RECHECK_S = 30.0
 
 _ADDS = ("insert", "update_postimage")
 _REMOVES = ("delete", "update_preimage")
@@ -59,6 +63,7 @@ class VolumeFacts:
         self._pending: dict[tuple[str, bool, int], int] = {}
         self._lock = threading.RLock()
         self._at = 0.0
+        self._oldest_at = 0.0
 
     def refresh(self, max_age_s: float = 0.0) -> int:
         """Bring the facts to the table's latest version (unless they were less than
@@ -77,14 +82,18 @@ class VolumeFacts:
             self.history = (fresh + [h for h in self.history if h["version"] not in seen]
                             )[:HISTORY]
             self.complete = len(self.history) < HISTORY
-            self.oldest = self.table.oldest_version()
-            self.files = self.table.file_count()
+            now = time.monotonic()
+            if previous is None or now - self._oldest_at >= OLDEST_RECHECK_S:
+                self.oldest, self._oldest_at = self.table.oldest_version(), now
             if previous is None or previous > latest:
+                self.files = self.table.file_count()
                 self.bytes = _bytes(self.table.snapshot(latest, columns=["size"]))
                 self._cdf, self._lo = None, None
             else:
                 new = self.table.changes(previous, latest)
-                self.bytes += _delta_bytes(new)
+                files, size = _moved(new)
+                self.files += files
+                self.bytes += size
                 if self._cdf is not None:
                     self._cdf = _concat(self._cdf, new)
             self.version = latest
@@ -143,13 +152,17 @@ def _bytes(sizes: pa.Table) -> int:
     return int(pc.sum(sizes["size"]).as_py() or 0)
 
 
-def _delta_bytes(cdf: pa.Table) -> int:
+def _moved(cdf: pa.Table) -> tuple[int, int]:
+    """(files, bytes) a change feed adds: inserts and deletes count, updates move bytes."""
     if not cdf.num_rows:
-        return 0
+        return 0, 0
     kinds, sizes = cdf["_change_type"], pc.fill_null(cdf["size"], 0)
-    added = pc.sum(pc.if_else(pc.is_in(kinds, pa.array(_ADDS)), sizes, 0)).as_py() or 0
-    removed = pc.sum(pc.if_else(pc.is_in(kinds, pa.array(_REMOVES)), sizes, 0)).as_py() or 0
-    return int(added - removed)
+    adds, removes = pc.is_in(kinds, pa.array(_ADDS)), pc.is_in(kinds, pa.array(_REMOVES))
+    added = pc.sum(pc.if_else(adds, sizes, 0)).as_py() or 0
+    removed = pc.sum(pc.if_else(removes, sizes, 0)).as_py() or 0
+    files = (pc.sum(pc.equal(kinds, "insert").cast(pa.int64())).as_py() or 0) \
+        - (pc.sum(pc.equal(kinds, "delete").cast(pa.int64())).as_py() or 0)
+    return int(files), int(added - removed)
 
 
 def _concat(first: pa.Table, second: pa.Table) -> pa.Table:
