@@ -308,3 +308,20 @@ def test_kept_facts_match_describe_as_commits_arrive(tmp_path):
         (vol,) = facts["volumes"]
         assert vol["bytes"] == sum(p.stat().st_size for p in data.iterdir()), i
         assert vol["files"] == len(list(data.iterdir()))
+
+
+def test_streams_past_one_page_come_those_needing_a_look_first():
+    from volume_stream.serve.ui import STREAMS_PER_PAGE, _streams_page
+
+    rows = [{"name": f"s{i:04d}", "pending_changes": i % 7, "stale": i == 5,
+             "error": "gone" if i == 9 else None} for i in range(2 * STREAMS_PER_PAGE + 1)]
+    first = _streams_page(rows, "1")
+    assert [r["name"] for r in first["rows"][:2]] == ["s0009", "s0005"]  # error, then stale
+    pending = [r["pending_changes"] for r in first["rows"][2:]]
+    assert pending == sorted(pending, reverse=True)
+    assert (first["pages"], first["first"], first["last"], first["total"]) == (3, 1, 100, 201)
+    last = _streams_page(rows, "99")                                       # clamped
+    assert (last["page"], len(last["rows"]), last["first"]) == (3, 1, 201)
+    assert _streams_page(rows, "x")["page"] == 1
+    few = rows[:3]                                                          # one page: by name
+    assert _streams_page(few, 1)["rows"] == few and _streams_page(few, 1)["pages"] == 1

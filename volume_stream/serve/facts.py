@@ -61,17 +61,18 @@ class VolumeFacts:
         self._cdf: pa.Table | None = None   # change rows of versions (lo, version]
         self._lo: int | None = None
         self._pending: dict[tuple[str, bool, int], int] = {}
+        self._first: dict[int, datetime | None] = {}
         self._lock = threading.RLock()
-        self._at = 0.0
+        self.looked_at = 0.0  # time.monotonic() of the last refresh
         self._oldest_at = 0.0
 
     def refresh(self, max_age_s: float = 0.0) -> int:
         """Bring the facts to the table's latest version (unless they were less than
         `max_age_s` ago); return it."""
         with self._lock:
-            if self.version is not None and time.monotonic() - self._at < max_age_s:
+            if self.version is not None and time.monotonic() - self.looked_at < max_age_s:
                 return self.version
-            self._at = time.monotonic()
+            self.looked_at = time.monotonic()
             latest = self.table.version()
             if latest == self.version:
                 return latest
@@ -97,7 +98,7 @@ class VolumeFacts:
                 if self._cdf is not None:
                     self._cdf = _concat(self._cdf, new)
             self.version = latest
-            self._pending = {}
+            self._pending, self._first = {}, {}
             if self._lo is not None and self._lo < self.oldest - 1:
                 self._cdf, self._lo = None, None  # retention removed what they came from
             return latest
@@ -144,8 +145,10 @@ class VolumeFacts:
         """The time of the first commit after `offset` among those kept (the oldest kept when
         the history does not reach back to it: a lower bound)."""
         with self._lock:
-            later = [h for h in self.history if h["version"] > offset]
-            return later[-1]["timestamp"] if later else None
+            if offset not in self._first:
+                later = [h for h in self.history if h["version"] > offset]
+                self._first[offset] = later[-1]["timestamp"] if later else None
+            return self._first[offset]
 
 
 def _bytes(sizes: pa.Table) -> int:

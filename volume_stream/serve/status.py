@@ -86,6 +86,10 @@ class StatusSource:
         clock: Now, as an aware UTC datetime (tests and `staleness_s`).
         timeline: The daemon's samples of its counters and pending changes (charts); None:
             a timeline of this source's own, holding the pending changes of each `status()`.
+        min_interval_s: `status()` calls closer than this share one result.
+        refresh_budget_s: Time one `status()` may spend bringing volumes up to date, the
+            least recently looked at first (None: all of them, every call). With many busy
+            volumes a row may then lag a few polls; the page's cost stays bounded.
 
     Example:
         >>> facts = StatusSource(connect("./warehouse")).status()
@@ -95,11 +99,13 @@ class StatusSource:
 
     def __init__(self, catalog: Any, live: Live | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 timeline: Timeline | None = None, min_interval_s: float = 1.0) -> None:
+                 timeline: Timeline | None = None, min_interval_s: float = 1.0,
+                 refresh_budget_s: float | None = 0.2) -> None:
         self.catalog = catalog
         self.live = live
         self.clock = clock
         self.min_interval_s = min_interval_s
+        self.refresh_budget_s = refresh_budget_s
         self._own_timeline = timeline is None
         self.timeline = Timeline() if timeline is None else timeline
         self._lock = threading.Lock()
@@ -126,7 +132,7 @@ class StatusSource:
         live = self._live()
         state = self.catalog.warehouse.read()
         histories: list[tuple[list[datetime], bool]] = []
-        volumes = self.volumes(live, histories, state=state)
+        volumes = self.volumes(live, histories, state=state, budget_s=self.refresh_budget_s)
         facts = {
             "generated_at": _iso(now),
             "warehouse": str(self.catalog.warehouse.uri),
@@ -150,7 +156,8 @@ class StatusSource:
             self.timeline.record({"pending": facts["summary"]["pending_changes"]},
                                  at=now.timestamp())
         facts["charts"] = charts(histories, self.timeline, now=now.timestamp())
-        return _plain(facts)
+        streams = facts.pop("streams")  # built of plain values already: 1,000 rows unwalked
+        return {**_plain(facts), "streams": streams}
 
     def _live(self) -> dict[str, Any]:
         if self.live is None:
@@ -189,26 +196,43 @@ class StatusSource:
     # ------------------------------------------------------------------ volumes
     def volumes(self, live: dict[str, Any] | None = None,
                 histories: list[tuple[list[datetime], bool]] | None = None, *,
-                state: dict | None = None) -> list[dict[str, Any]]:
+                state: dict | None = None, budget_s: float | None = None
+                ) -> list[dict[str, Any]]:
         """One row per volume; under a daemon with its listener's state. `histories` gets
-        each volume's commit times read (and whether they are all of them) for the charts."""
+        each volume's commit times read (and whether they are all of them) for the charts.
+
+        `budget_s`: bring volumes up to date, the least recently looked at first, only until
+        this much time is spent (a volume never looked at always is); the others show what
+        they held at their last look. None: every volume."""
         runners = (live or {}).get("volumes", {})
         state = self.catalog.warehouse.read() if state is None else state
         self._forget_others(state)
+        specs = {name: VolumeSpec.from_dict(data)
+                 for (kind, name), data in sorted(state.items()) if kind == VOLUME}
+        failed: dict[str, str] = {}
+        order = sorted(specs, key=lambda n: self._volume_facts(specs[n]).looked_at)
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        for name in order:
+            facts = self._volume_facts(specs[name])
+            if facts.version is not None and deadline is not None \
+                    and time.monotonic() > deadline:
+                break
+            try:
+                with converted(f"volume {name!r}"):
+                    facts.refresh()
+            except Exception as exc:
+                failed[name] = _error(exc)
         rows = []
-        for (kind, name), data in sorted(state.items()):
-            if kind != VOLUME:
-                continue
-            spec = VolumeSpec.from_dict(data)
+        for name, spec in specs.items():
             notification = (spec.notification or {}).get(
                 "type", "LOCAL" if spec.scheme == "file" else None)
             row: dict[str, Any] = {"name": name, "location": spec.location,
                                    "notification": notification, "recursive": spec.recursive,
                                    "version": None, "files": None}
-            try:
-                facts = self._volume_facts(spec)
-                with converted(f"volume {name!r}"):
-                    facts.refresh()
+            facts = self._volume_facts(spec)
+            if name in failed or facts.version is None:
+                row["error"] = failed.get(name, "not read yet")
+            else:
                 last = facts.history[:1]
                 row.update(version=facts.version, files=facts.files, bytes=facts.bytes,
                            last_commit=_iso(last[0]["timestamp"]) if last else None,
@@ -216,8 +240,6 @@ class StatusSource:
                 if histories is not None:
                     histories.append(([h["timestamp"] for h in facts.history],
                                       facts.complete))
-            except Exception as exc:
-                row["error"] = _error(exc)
             runner = runners.get(name)
             row["listener"] = None if runner is None else {
                 "state": _listener_state(runner), **runner}
@@ -271,7 +293,8 @@ class StatusSource:
                         specs[spec["volume"]] = VolumeSpec.from_dict(volume)
                     facts = self._volume_facts(specs[spec["volume"]])
                     with converted(f"stream {name!r}"):
-                        facts.refresh(max_age_s=1.0)  # volumes() did, a moment ago
+                        if facts.version is None:  # volumes() looked at the others
+                            facts.refresh()
                         pending = facts.pending(spec["mode"], spec["offset"],
                                                 initial_pending=spec.get("initial_pending",
                                                                          False))
