@@ -36,7 +36,7 @@
     var all = specs(c);
     Object.keys(all).forEach(function (id) {
       var el = document.getElementById(id), spec = all[id];
-      if (!el) { return; }
+      if (!el || el.querySelector(".nodata")) { return; }  /* no daemon: nothing to draw */
       if (plots[id] && plots[id].root.isConnected) {
         plots[id].setData(spec.data);
         return;
