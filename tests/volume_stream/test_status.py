@@ -177,6 +177,8 @@ def test_page_and_its_json_twins_over_http(warehouse):
         assert status == 200 and "htmx" in js
         for static in ("uPlot.iife.min.js", "uPlot.min.css", "charts.js", "uPlot.LICENSE"):
             assert get(f"{base}/static/{static}")[0] == 200, static
+        with urllib.request.urlopen(f"{base}/static/charts.js", timeout=15) as resp:
+            assert "max-age" in resp.headers["Cache-Control"]  # a reload asks for HTML only
 
 
 def test_a_token_guards_every_request_and_non_loopback_needs_one(warehouse):

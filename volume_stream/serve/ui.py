@@ -181,8 +181,18 @@ def status_routes(source: StatusSource) -> list[BaseRoute]:
     for path, template, facts in views:
         routes.append(Route(path + ".json", page(template, facts, True)))
         routes.append(Route("/" if path == "/status" else path, page(template, facts, False)))
-    routes.append(Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"))
+    routes.append(Mount("/static", _Static(directory=_HERE / "static"), name="static"))
     return routes
+
+
+class _Static(StaticFiles):
+    """The page's scripts and styles, cached by the browser for an hour: a page reloaded on
+    a busy daemon asks for its HTML only."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "public, max-age=3600"
+        return response
 
 
 def _not_found(routes_help: str) -> Callable[..., Any]:
