@@ -210,8 +210,8 @@ def run(ctx: Context) -> None:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             cold = _load(page, daemon.url + "/")
             loads = [_load(page, daemon.url + "/") for _ in range(sizes.loads)]
-            floor = [_load(page, daemon.url + "/metrics") for _ in range(sizes.loads)]
             rows = page.evaluate("document.querySelectorAll('tr[data-stream]').length")
+            floor = [_load(page, daemon.url + "/metrics") for _ in range(sizes.loads)]
             for key, label in (("first_byte", "first byte"), ("dcl", "DOMContentLoaded")):
                 value = median([x[key] for x in loads])
                 baseline = median([x[key] for x in floor])
