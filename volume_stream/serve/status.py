@@ -112,6 +112,8 @@ class StatusSource:
         self._status_lock = threading.Lock()
         self._last: tuple[float, dict[str, Any]] | None = None
         self._facts: dict[tuple[str, str], VolumeFacts] = {}
+        #: each volume stream's last row, and what it was computed from
+        self._rows: dict[str, tuple[tuple, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ the whole picture
     def status(self) -> dict[str, Any]:
@@ -287,37 +289,52 @@ class StatusSource:
                                oldest_version=info.get("oldest_version"),
                                pending_changes=info.get("pending_changes"),
                                stale=bool(info.get("stale")), pinned_end=info.get("pinned_end"))
-                    facts = None
                 else:
                     if spec["volume"] not in specs:
                         specs[spec["volume"]] = VolumeSpec.from_dict(volume)
                     facts = self._volume_facts(specs[spec["volume"]])
-                    with converted(f"stream {name!r}"):
-                        if facts.version is None:  # volumes() looked at the others
+                    lowest[id(facts)] = (facts, min(spec["offset"],
+                                                    lowest.get(id(facts), (0, 1 << 62))[1]))
+                    if facts.version is None:  # volumes() looked at the others
+                        with converted(f"stream {name!r}"):
                             facts.refresh()
+                    key = (name, repr(spec), id(facts), facts.version, facts.oldest)
+                    kept = self._rows.get(name)
+                    if kept is not None and kept[0] == key:  # nothing moved: the same row
+                        rows.append(self._aged(dict(kept[1]), now))
+                        continue
+                    with converted(f"stream {name!r}"):
                         pending = facts.pending(spec["mode"], spec["offset"],
                                                 initial_pending=spec.get("initial_pending",
                                                                          False))
                     row.update(latest_version=facts.version, oldest_version=facts.oldest,
                                pending_changes=pending, stale=pending is None,
                                pinned_end=pinned_end(spec))
-                    lowest[id(facts)] = (facts, min(spec["offset"],
-                                                    lowest.get(id(facts), (0, 1 << 62))[1]))
+                    row["versions_behind"] = max(facts.version - spec["offset"], 0)
+                    row["waiting_since"] = (_iso(facts.first_commit_after(spec["offset"]))
+                                            if row["versions_behind"] else None)
+                    self._rows[name] = (key, row)
+                    rows.append(self._aged(dict(row), now))
+                    continue
             except Exception as exc:
                 rows.append({**row, "error": _error(exc)})
                 continue
-            behind = (row["latest_version"] or 0) - (row["offset"] or 0)
-            row["versions_behind"] = max(behind, 0)
-            row["waiting_since"] = None
-            if facts is not None and behind > 0:
-                row["waiting_since"] = _iso(facts.first_commit_after(row["offset"]))
-            since = row["waiting_since"]
-            row["staleness_s"] = (None if since is None else round(
-                (now - datetime.fromisoformat(since)).total_seconds(), 1))
-            rows.append(row)
+            row["versions_behind"] = max((row["latest_version"] or 0) - (row["offset"] or 0), 0)
+            row["waiting_since"] = None  # a table stream's commits are not dated here
+            rows.append(self._aged(row, now))
         for facts, offset in lowest.values():
             facts.keep_from(offset)
+        names = {r["name"] for r in rows}
+        self._rows = {k: v for k, v in self._rows.items() if k in names}
         return rows
+
+    @staticmethod
+    def _aged(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """`row` with `staleness_s`: how long its oldest pending commit has waited, now."""
+        since = row["waiting_since"]
+        row["staleness_s"] = (None if since is None else round(
+            (now - datetime.fromisoformat(since)).total_seconds(), 1))
+        return row
 
     def stream(self, name: str, limit: int = 50) -> dict[str, Any]:
         """One stream: its row of `streams()` and its first `limit` pending change records."""
