@@ -47,7 +47,8 @@ _REMOVES = ("delete", "update_preimage")
 class VolumeFacts:
     """One volume's directory table and its facts at its latest version (see module docstring).
 
-    Thread-safe: a poll and the daemon's statistics pass may ask at once.
+    Thread-safe: a poll and the daemon's statistics pass may ask at once; hold `lock` to use
+    `table` directly (its open Delta handle is brought up to date in place).
     """
 
     def __init__(self, table: Any) -> None:
@@ -62,14 +63,14 @@ class VolumeFacts:
         self._lo: int | None = None
         self._pending: dict[tuple[str, bool, int], int] = {}
         self._first: dict[int, datetime | None] = {}
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self.looked_at = 0.0  # time.monotonic() of the last refresh
         self._oldest_at = 0.0
 
     def refresh(self, max_age_s: float = 0.0) -> int:
         """Bring the facts to the table's latest version (unless they were less than
         `max_age_s` ago); return it."""
-        with self._lock:
+        with self.lock:
             if self.version is not None and time.monotonic() - self.looked_at < max_age_s:
                 return self.version
             self.looked_at = time.monotonic()
@@ -106,7 +107,7 @@ class VolumeFacts:
     def pending(self, mode: str, offset: int, *, initial_pending: bool = False) -> int | None:
         """The change records a stream (`mode`, at `offset`) would read now; None when its
         offset is older than the oldest kept version (stale)."""
-        with self._lock:
+        with self.lock:
             version = self.version if self.version is not None else self.refresh()
             if offset < self.oldest:
                 return None
@@ -136,7 +137,7 @@ class VolumeFacts:
 
     def keep_from(self, offset: int) -> None:
         """Drop the kept change rows at or before `offset` (no stream asks for them now)."""
-        with self._lock:
+        with self.lock:
             if self._cdf is not None and self._lo is not None and offset > self._lo:
                 self._cdf = self._cdf.filter(pc.greater(self._cdf["_commit_version"], offset))
                 self._lo = offset
@@ -144,7 +145,7 @@ class VolumeFacts:
     def first_commit_after(self, offset: int) -> datetime | None:
         """The time of the first commit after `offset` among those kept (the oldest kept when
         the history does not reach back to it: a lower bound)."""
-        with self._lock:
+        with self.lock:
             if offset not in self._first:
                 later = [h for h in self.history if h["version"] > offset]
                 self._first[offset] = later[-1]["timestamp"] if later else None

@@ -388,8 +388,9 @@ class StatusSource:
             InvalidInputError: an empty path.
         """
         facts = self._named(volume)
-        times = {h["version"]: _iso(h["timestamp"]) for h in facts.history}
-        return _plain(file_history(facts.table, volume, path, times))
+        with facts.lock:
+            times = {h["version"]: _iso(h["timestamp"]) for h in facts.history}
+            return _plain(file_history(facts.table, volume, path, times))
 
 
 def _listener_state(runner: dict[str, Any]) -> str:
