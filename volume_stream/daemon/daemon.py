@@ -76,8 +76,11 @@ class Daemon:
         self.metrics = metrics or DaemonMetrics()
         #: the counters and pending changes the status page charts, one sample per stats pass
         self.timeline = Timeline()
-        #: the facts of the status page, kept between its polls and the statistics passes
-        self.status = StatusSource(self.catalog, live=self.live_status, timeline=self.timeline)
+        #: the facts of the status page, kept between its polls and the statistics passes;
+        #: the passes bring every volume up to date (every stats_interval_s), so a poll of the
+        #: page spends only a little time freshening the stalest ones between them
+        self.status = StatusSource(self.catalog, live=self.live_status, timeline=self.timeline,
+                                   refresh_budget_s=0.05)
         self._open_watcher = open_watcher or self.catalog.watcher
         #: the one Spark session of in-process pipelines and of the Spark Connect server
         self.spark = SharedSpark(config.spark, master=config.spark_master)
