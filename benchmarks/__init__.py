@@ -19,6 +19,8 @@ summary goes to `.bench/results.json`.
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
                  a 1k-file pipeline on local-cluster[2,1,1024] vs local[2]
     inventory    backfill of 50k keys from a Parquet S3 Inventory report vs listing (moto)
+    status       the status page at 100 volumes / 1k streams in Chromium (< 1 s); the CPU it
+                 adds to a busy daemon (< 5%)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -35,6 +37,7 @@ from benchmarks import (
     inventory,
     scale,
     shards,
+    status,
     stream_read,
     tables,
     warehouse,
@@ -43,6 +46,6 @@ from benchmarks import (
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
                                        backfill, bench_sqs, bench_pipeline, tables, cli, warehouse,
-                                       inventory)}
+                                       inventory, status)}
 
 __all__ = ["BENCHMARKS"]

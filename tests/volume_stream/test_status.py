@@ -91,6 +91,65 @@ def test_facts_of_volumes_streams_change_logs_and_a_files_history(warehouse):
         source.file_history("nope", "a.txt")
 
 
+def test_a_files_history_has_its_row_at_every_version_and_the_records_it_made(warehouse):
+    cat, _ = warehouse
+    source = StatusSource(cat)
+    history = source.file_history("land", "a.txt")
+    # time travel: the row as of each version that changed it (gone at the delete)
+    rows = {r["version"]: r["row"] for r in history["rows"]}
+    assert sorted(rows) == [1, 2, 3] and rows[3] is None
+    assert (rows[1]["size"], rows[1]["_image_version"]) == (3, 1)
+    assert (rows[2]["size"], rows[2]["_image_version"]) == (len("one, longer"), 2)
+    assert all(r["committed"] for r in history["rows"])
+    # what a stream reading one commit at a time received from it
+    # (the version read, and the record's __commit_version: an old image carries its own)
+    assert [(r["read_at"], r["__commit_version"], r["__change_type"])
+            for r in history["records"]] == [(1, 1, "INSERT"), (2, 1, "UPDATE_BEFORE"),
+                                             (2, 2, "UPDATE_AFTER"), (3, 2, "DELETE")]
+    assert history["matches"] == []
+    # part of a name lists the paths of the latest version that contain it
+    assert source.file_history("land", "B.T")["matches"] == ["b.txt"]
+    assert source.file_history("land", "zzz")["matches"] == []
+    with pytest.raises(vs.InvalidInputError, match="relative to the volume"):
+        source.file_history("land", " / ")
+
+
+def test_chart_series_from_the_history_and_the_timeline():
+    from datetime import UTC, datetime
+
+    from volume_stream.serve.charts import BUCKET_PREFIX, Timeline, charts, quantile
+
+    assert quantile(0.5, {0.1: 0, 1.0: 10, float("inf"): 10}) == pytest.approx(0.55)
+    assert quantile(0.95, {1.0: 0, float("inf"): 4}) == 1.0  # past the last bound
+    assert quantile(0.5, {}) is None and quantile(0.5, {1.0: 0}) is None
+    now = 1_800_000_000.0 - 1_800_000_000.0 % 60 + 30       # half past a minute
+    clock = iter(range(10**6))
+    timeline = Timeline(min_gap_s=2, clock=lambda: next(clock))
+    for i, (received, count, total, fast) in enumerate([(0, 0, 0.0, 0), (50, 4, 0.4, 4),
+                                                        (80, 6, 2.4, 5)]):
+        timeline.record({"events_received": received, "events_applied": received,
+                         "commit_seconds_count": count, "commit_seconds_sum": total,
+                         f"{BUCKET_PREFIX}0.25": fast, f"{BUCKET_PREFIX}+Inf": count,
+                         "pending": 10 * i}, at=now - 150 + 60 * i)
+    timeline.record({"pending": 99}, at=now - 29)
+    timeline.record({"pending": 98}, at=now - 28.5)  # < 2 s after the one before: replaces it
+    assert [v["pending"] for _, v in timeline.points()] == [0, 10, 20, 98]
+    commits = [datetime.fromtimestamp(now - 5, UTC), datetime.fromtimestamp(now - 65, UTC),
+               datetime.fromtimestamp(now - 3600 * 2, UTC)]          # the last is too old
+    c = charts([(commits, True)], timeline, now=now)
+    assert len(c["minutes"]) == 60 and c["minutes"][-1] == now - 30
+    assert c["commits"][-2:] == [1, 1] and sum(c["commits"]) == 2
+    assert c["events_received"][-3:] == [None, 50, 30] and c["daemon"]
+    assert c["latency_mean_s"][-2:] == [0.1, 1.0]
+    assert c["latency_p95_s"][-2] == pytest.approx(0.2375)   # all 4 commits under 0.25 s
+    assert c["latency_p95_s"][-1] == 0.25                    # 1 of 2 over: the last bound
+    assert c["pending"] == [0, 10, 20, 98] and c["pending_times"][0] == now - 150
+    # a history cut at its last 200 commits says nothing of the minutes before them
+    partial = charts([([datetime.fromtimestamp(now - 65, UTC)], False)], None, now=now)
+    assert partial["commits"][:59] == [None] * 59 and partial["commits"][-1] == 0
+    assert not partial["sampled"] and not partial["daemon"]
+
+
 def test_page_and_its_json_twins_over_http(warehouse):
     cat, _ = warehouse
     with HttpServer(status_app(StatusSource(cat))) as server:
@@ -116,6 +175,10 @@ def test_page_and_its_json_twins_over_http(warehouse):
         assert get(f"{base}/files.json")[0] == 400
         status, _, js = get(f"{base}/static/htmx.min.js")
         assert status == 200 and "htmx" in js
+        for static in ("uPlot.iife.min.js", "uPlot.min.css", "charts.js", "uPlot.LICENSE"):
+            assert get(f"{base}/static/{static}")[0] == 200, static
+        with urllib.request.urlopen(f"{base}/static/charts.js", timeout=15) as resp:
+            assert "max-age" in resp.headers["Cache-Control"]  # a reload asks for HTML only
 
 
 def test_a_token_guards_every_request_and_non_loopback_needs_one(warehouse):
@@ -194,6 +257,13 @@ def test_the_daemon_serves_the_page_beside_metrics(tmp_path, monkeypatch):
                  == 2)
         status, _, html = get(f"{base}/?token=s3cret")
         assert status == 200 and "listening" in html
+        # the charts: the daemon's counters sampled at each statistics pass
+        charts = wait_for(lambda: (c := json.loads(get(f"{base}/status.json", auth)[2])
+                                   ["charts"])["daemon"] and sum(
+            v or 0 for v in c["events_received"]) >= 1 and c)
+        assert sum(charts["commits"]) >= 2 and charts["pending"]
+        assert any(v is not None for v in charts["latency_mean_s"])
+        assert "/static/uPlot.iife.min.js" in html and 'id="chart-data"' in html
 
 
 def test_a_public_metrics_port_without_a_token_serves_metrics_but_not_the_page(warehouse):
@@ -206,3 +276,54 @@ def test_a_public_metrics_port_without_a_token_serves_metrics_but_not_the_page(w
         assert status == 403 and "VOLUME_STREAM_UI_TOKEN" in json.loads(body)["error"]
         assert get(f"{server.url}/status.json")[0] == 404
         assert get(f"{server.url}/metrics")[0] == 200
+
+
+def test_kept_facts_match_describe_as_commits_arrive(tmp_path):
+    """The page's kept, incremental facts (serve.facts) say what `describe_stream` and a full
+    read say, for every mode and offset, commit after commit, and after a consume."""
+    data = tmp_path / "data"
+    data.mkdir()
+    cat = vs.connect(tmp_path / "wh")
+    cat.create_volume("land", data)
+    source = StatusSource(cat, min_interval_s=0)
+    (data / "a.txt").write_text("a")
+    cat.refresh("land")
+    cat.create_stream("std", on_volume="land")
+    cat.create_stream("app", on_volume="land", mode="APPEND_ONLY")
+    cat.create_stream("init", on_volume="land", show_initial_rows=True)
+    steps = [lambda: (data / "b.txt").write_text("bb"),
+             lambda: (data / "a.txt").write_text("a, longer"),
+             lambda: (data / "b.txt").unlink(),
+             lambda: (data / "c.txt").write_text("ccc")]
+    for i, step in enumerate(steps):
+        step()
+        cat.refresh("land")
+        if i == 1:
+            with cat.consume("std"):
+                pass
+        facts = source.status()
+        by_name = {s["name"]: s for s in facts["streams"]}
+        for name in ("std", "app", "init"):
+            described = cat.describe_stream(name)
+            assert by_name[name]["pending_changes"] == described["pending_changes"], (i, name)
+            assert by_name[name]["latest_version"] == described["latest_version"]
+        (vol,) = facts["volumes"]
+        assert vol["bytes"] == sum(p.stat().st_size for p in data.iterdir()), i
+        assert vol["files"] == len(list(data.iterdir()))
+
+
+def test_streams_past_one_page_come_those_needing_a_look_first():
+    from volume_stream.serve.ui import STREAMS_PER_PAGE, _streams_page
+
+    rows = [{"name": f"s{i:04d}", "pending_changes": i % 7, "stale": i == 5,
+             "error": "gone" if i == 9 else None} for i in range(2 * STREAMS_PER_PAGE + 1)]
+    first = _streams_page(rows, "1")
+    assert [r["name"] for r in first["rows"][:2]] == ["s0009", "s0005"]  # error, then stale
+    pending = [r["pending_changes"] for r in first["rows"][2:]]
+    assert pending == sorted(pending, reverse=True)
+    assert (first["pages"], first["first"], first["last"], first["total"]) == (3, 1, 100, 201)
+    last = _streams_page(rows, "99")                                       # clamped
+    assert (last["page"], len(last["rows"]), last["first"]) == (3, 1, 201)
+    assert _streams_page(rows, "x")["page"] == 1
+    few = rows[:3]                                                          # one page: by name
+    assert _streams_page(few, 1)["rows"] == few and _streams_page(few, 1)["pages"] == 1

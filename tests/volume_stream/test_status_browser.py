@@ -1,7 +1,12 @@
 """The status page in a real browser (Debian's chromium driven by Playwright) against a real
-`volume-stream ui` process: a new file shows up without a reload, a stream and a file's history
-open, nothing outside the page's own server is requested, every control has a label. Saves a
-screenshot (to docs/images/status.png with VS_UPDATE_SCREENSHOT=1, else beside the test's files).
+`volume-stream ui` process: a new file shows up without a reload, in the counts and in the
+charts (uPlot), a stream and a file's history open, nothing outside the page's own server is
+requested, every control has a label, axe-core (vendored in tests/vendor, with its licence)
+finds no serious or critical violation on any page, and the keyboard alone reaches and opens
+the stream links and the file search. Saves a screenshot (to docs/images/status.png with
+VS_UPDATE_SCREENSHOT=1, else beside the test's files).
+
+One `ui` process and one browser serve every test of the module (each test opens its own page).
 
 Skipped where /usr/bin/chromium is missing (`.ci/run` installs it: apt-get install chromium).
 """
@@ -19,6 +24,7 @@ import pytest
 import volume_stream as vs
 
 CHROMIUM = Path("/usr/bin/chromium")
+AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe.min.js"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "status.png"
 
 pytestmark = [
@@ -28,9 +34,10 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def ui(tmp_path):
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
     """A warehouse with a refreshed volume and a stream, and `volume-stream ui` serving it."""
+    tmp_path = tmp_path_factory.mktemp("ui")
     data = tmp_path / "landing"
     (data / "2026" / "01").mkdir(parents=True)
     (data / "2026" / "01" / "orders.csv").write_text("id,total\n1,10\n")
@@ -58,6 +65,18 @@ def ui(tmp_path):
         proc.stderr.close()
 
 
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
 def unlabelled(page) -> list[str]:
     """Visible inputs, selects and buttons without a label, an aria-label or text."""
     return page.evaluate("""() => [...document.querySelectorAll('input, select, button')]
@@ -67,49 +86,132 @@ def unlabelled(page) -> list[str]:
         .map(el => el.outerHTML)""")
 
 
-def test_status_page_updates_live_and_opens_a_stream_and_a_file(ui, tmp_path):
-    from playwright.sync_api import sync_playwright
+def serious_violations(page, context: str = "document") -> list[dict]:
+    """axe-core's violations of serious or critical impact on the page (or `context`)."""
+    if not page.evaluate("typeof axe !== 'undefined'"):
+        # inline (no request leaves the page's server); read here, not by Playwright, whose
+        # file reads run on executor threads that would outlive the test
+        page.add_script_tag(content=AXE.read_text())
+    found = page.evaluate(f"""async () => (await axe.run({context}, {{resultTypes: ['violations']}}))
+        .violations.map(v => ({{id: v.id, impact: v.impact, help: v.help,
+                               nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 5)}}))""")
+    return [v for v in found if v["impact"] in ("serious", "critical")]
 
+
+def chart_points(page, chart: str, series: int) -> list:
+    return page.evaluate(f"window.statusCharts['{chart}'].data[{series}]")
+
+
+def test_status_page_updates_live_and_opens_a_stream_and_a_file(ui, browser, tmp_path):
     cat, data, url = ui
     requested: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("request", lambda r: requested.append(r.url))
-            page.goto(url)
-            assert page.text_content("#count-files") == "1"
-            assert unlabelled(page) == []
-            page.evaluate("window.notReloaded = true")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.on("request", lambda r: requested.append(r.url))
+        page.goto(url)
+        assert page.text_content("#count-files") == "1"
+        assert unlabelled(page) == []
+        page.wait_for_function("window.statusCharts && Object.keys(window.statusCharts)"
+                               ".length === 2")
+        assert page.locator("#charts canvas").count() == 2  # latency: under a daemon only
+        assert "measured by the daemon" in page.text_content("#chart-latency")
+        commits_before = sum(v or 0 for v in chart_points(page, "chart-commits", 1))
+        assert commits_before >= 1  # the refresh that made version 1, from the history
+        page.evaluate("window.notReloaded = true")
 
-            (data / "2026" / "01" / "returns.csv").write_text("id\n7\n")
-            cat.refresh("landing")
-            page.wait_for_function(
-                "document.querySelector('#count-files').textContent === '2'", timeout=15000)
-            page.wait_for_function(
-                "document.querySelector('tr[data-stream=\"new_orders\"] [data-pending]')"
-                ".textContent.trim() === '1'", timeout=15000)
-            assert page.evaluate("window.notReloaded") is True  # polled, not reloaded
-            shot = SCREENSHOT if os.environ.get("VS_UPDATE_SCREENSHOT") else \
-                tmp_path / "status.png"
-            shot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000
+        (data / "2026" / "01" / "returns.csv").write_text("id\n7\n")
+        cat.refresh("landing")
+        page.wait_for_function(
+            "document.querySelector('#count-files').textContent === '2'", timeout=15000)
+        page.wait_for_function(
+            "document.querySelector('tr[data-stream=\"new_orders\"] [data-pending]')"
+            ".textContent.trim() === '1'", timeout=15000)
+        # the same polls feed the charts: one more commit, pending changes sampled at 1
+        page.wait_for_function(
+            f"window.statusCharts['chart-commits'].data[1].reduce((a, b) => a + (b || 0), 0)"
+            f" === {commits_before + 1}", timeout=15000)
+        page.wait_for_function(
+            "window.statusCharts['chart-pending'].data[1].slice(-1)[0] === 1", timeout=15000)
+        assert page.evaluate("window.notReloaded") is True  # polled, not reloaded
+        assert page.locator("#charts canvas").count() == 2  # kept across polls, not redrawn
+        shot = SCREENSHOT if os.environ.get("VS_UPDATE_SCREENSHOT") else \
+            tmp_path / "status.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        shot.write_bytes(page.screenshot(full_page=True))
+        assert shot.stat().st_size > 10_000
 
-            page.click("text=new_orders")
-            page.wait_for_selector("#stream-pending")
-            assert page.text_content("#stream-pending").strip() == "1"
-            assert "2026/01/returns.csv" in page.text_content("#records ~ table")
+        page.click("text=new_orders")
+        page.wait_for_selector("#stream-pending")
+        assert page.text_content("#stream-pending").strip() == "1"
+        assert "2026/01/returns.csv" in page.text_content("#records ~ table")
 
-            page.goto(url)
-            page.select_option("#volume-select", "landing")
-            page.fill("#path-input", "2026/01/returns.csv")
-            page.click("button:has-text('show history')")
-            page.wait_for_selector("#file-state")
-            assert "present" in page.text_content("#file-state")
-            assert page.locator("tr[data-version]").count() == 1
-            assert unlabelled(page) == []
-        finally:
-            browser.close()
+        page.goto(url)
+        page.select_option("#volume-select", "landing")
+        page.fill("#path-input", "2026/01/returns.csv")
+        page.click("button:has-text('show history')")
+        page.wait_for_selector("#file-state")
+        assert "present" in page.text_content("#file-state")
+        assert page.locator("tr[data-version]").count() == 1
+        assert page.locator("tr[data-row-version]").count() == 1   # its row, by time travel
+        assert page.locator("tr[data-record='INSERT']").count() == 1
+        assert unlabelled(page) == []
+    finally:
+        page.close()
     foreign = [u for u in requested if not u.startswith(url.rstrip("/"))]
     assert requested and foreign == []
+
+
+def test_axe_finds_no_serious_violation_on_any_page(ui, browser):
+    _, _, url = ui
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        # (the volume page is built of the same parts as the stream page and the search form)
+        for path in ("/", "/streams/new_orders", "/files?volume=landing&path=2026/01/orders.csv"):
+            page.goto(url.rstrip("/") + path)
+            page.wait_for_selector("main#live")
+            assert serious_violations(page) == [], path
+        # the check sees what it should: an input without a label is a critical violation
+        page.evaluate("""() => { const probe = document.createElement('div'); probe.id = 'probe';
+            probe.innerHTML = '<input type=text>'; document.body.append(probe); }""")
+        assert [v["id"] for v in serious_violations(page, "'#probe'")] == ["label"]
+    finally:
+        page.close()
+
+
+def tab_to(page, selector: str, limit: int = 80) -> None:
+    """Press Tab until the focused element matches `selector` (the keyboard alone)."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate(f"document.activeElement.matches({selector!r})"):
+            return
+    raise AssertionError(f"{limit} presses of Tab never reached {selector}")
+
+
+def test_the_keyboard_reaches_and_opens_the_stream_links_and_the_search(ui, browser):
+    _, _, url = ui
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(url)
+        page.wait_for_function("window.statusCharts !== undefined")
+        tab_to(page, "#stream-link-new_orders")
+        # the page refreshes itself under the focus: the link keeps it (htmx, by its id)
+        shown = page.text_content("#generated-at")
+        page.wait_for_function(
+            f"document.querySelector('#generated-at').textContent !== {shown!r}")
+        assert page.evaluate("document.activeElement.id") == "stream-link-new_orders"
+        page.keyboard.press("Enter")
+        page.wait_for_url("**/streams/new_orders")
+        page.wait_for_selector("#stream-pending")
+
+        page.goto(url)
+        tab_to(page, "#path-input")
+        page.keyboard.type("orders")           # part of a name: the search lists the paths
+        page.keyboard.press("Enter")
+        page.wait_for_url("**/files?**")
+        page.wait_for_selector("#matches")
+        tab_to(page, "ul[aria-labelledby=matches] a")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("tr[data-row-version]")
+        assert "present" in page.text_content("#file-state")
+    finally:
+        page.close()

@@ -40,6 +40,7 @@ from volume_stream.daemon.metrics import DaemonMetrics, MetricsServer
 from volume_stream.daemon.pipeline_runner import PipelineRunner, SharedSpark
 from volume_stream.daemon.volume_runner import VolumeRunner
 from volume_stream.errors import AlreadyExistsError, ConfigError, InvalidInputError
+from volume_stream.serve.charts import Timeline
 from volume_stream.serve.status import StatusSource
 from volume_stream.volumes import normalize_location
 from volume_stream.volumes.watcher import VolumeWatcher
@@ -73,6 +74,13 @@ class Daemon:
         self.catalog = catalog or self._retrying("opening the warehouse", lambda: connect(
             config.warehouse, storage_options=config.storage_options))
         self.metrics = metrics or DaemonMetrics()
+        #: the counters and pending changes the status page charts, one sample per stats pass
+        self.timeline = Timeline()
+        #: the facts of the status page, kept between its polls and the statistics passes;
+        #: the passes bring every volume up to date (every stats_interval_s), so a poll of the
+        #: page spends only a little time freshening the stalest ones between them
+        self.status = StatusSource(self.catalog, live=self.live_status, timeline=self.timeline,
+                                   refresh_budget_s=0.05)
         self._open_watcher = open_watcher or self.catalog.watcher
         #: the one Spark session of in-process pipelines and of the Spark Connect server
         self.spark = SharedSpark(config.spark, master=config.spark_master)
@@ -166,8 +174,7 @@ class Daemon:
         self._retrying("preparing volumes and streams", self.prepare)
         cfg = self.config
         if cfg.metrics.enabled:
-            status = (StatusSource(self.catalog, live=self.live_status)
-                      if cfg.metrics.status_page else None)
+            status = self.status if cfg.metrics.status_page else None
             token = Settings().ui_token
             with _binding(f"{cfg.metrics.host}:{cfg.metrics.port}", "[metrics] port"):
                 self.server = MetricsServer(
@@ -342,21 +349,26 @@ class Daemon:
         Reading a stream's pending changes costs O(changes), never O(files).
         """
         m = self.metrics
-        for name in self.runners:
-            table = self.catalog.directory_table(name)
-            m.directory_version.labels(name).set(table.version())
-            m.directory_files.labels(name).set(table.file_count())
-        for stream in self.catalog.list_streams():
-            if stream.get("volume") not in self.runners:
+        pending_total = 0
+        # the status page's kept facts: only commits made since the last look are read, and
+        # a stream costs O(new changes) once per (offset, version)
+        for row in self.status.volumes():
+            if row["name"] in self.runners and row.get("error"):
+                log.warning("daemon: statistics of volume %s: %s", row["name"], row["error"])
+            elif row["name"] in self.runners:
+                m.directory_version.labels(row["name"]).set(row["version"])
+                m.directory_files.labels(row["name"]).set(row["files"])
+        for row in self.status.streams():
+            if row["on"] != "volume" or row["source"] not in self.runners:
                 continue
-            try:
-                info = self.catalog.describe_stream(stream["name"])
-            except Exception as exc:  # dropped meanwhile, or its volume was replaced
-                log.debug("stream %s: %s", stream["name"], exc)
-                m.forget_stream(stream["name"], stream["volume"])
+            if row.get("error"):  # dropped meanwhile, or its volume was replaced
+                log.debug("stream %s: %s", row["name"], row["error"])
+                m.forget_stream(row["name"], row["source"])
                 continue
-            pending = -1 if info["stale"] else info["pending_changes"]
-            m.stream_pending.labels(stream["name"], stream["volume"]).set(pending)
+            pending = -1 if row["stale"] else row["pending_changes"]
+            m.stream_pending.labels(row["name"], row["source"]).set(pending)
+            pending_total += max(pending, 0)
+        self.timeline.record({**m.totals(), "pending": pending_total})
 
 
 def queue_missing(cfg: VolumeConfig, stored: dict[str, Any] | None) -> str | None:

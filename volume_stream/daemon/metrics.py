@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from volume_stream.errors import ConfigError
+from volume_stream.serve.charts import BUCKET_PREFIX
 from volume_stream.serve.status import StatusSource
 from volume_stream.serve.ui import HttpServer, check_listen, status_app
 
@@ -139,6 +140,25 @@ class DaemonMetrics:
             self.stream_pending.remove(stream, volume)
         except KeyError:
             pass
+
+    def totals(self) -> dict[str, float]:
+        """The counters the status page charts, summed over volumes: events received and
+        applied, commits, and the commit-latency histogram (`serve.charts` names)."""
+        out: dict[str, float] = {"events_received": 0.0, "events_applied": 0.0, "commits": 0.0,
+                                 "commit_seconds_sum": 0.0, "commit_seconds_count": 0.0}
+        for name, metric in (("events_received", self.events_received),
+                             ("events_applied", self.events_applied),
+                             ("commits", self.commits), ("commit_seconds", self.commit_seconds)):
+            for family in metric.collect():
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue
+                    key = name if sample.name.endswith("_total") else (
+                        f"{BUCKET_PREFIX}{sample.labels['le']}"
+                        if sample.name.endswith("_bucket")
+                        else f"{name}_{sample.name.rsplit('_', 1)[1]}")
+                    out[key] = out.get(key, 0.0) + sample.value
+        return out
 
     def render(self) -> bytes:
         """The metrics in Prometheus text format."""

@@ -11,24 +11,29 @@ record of one file, oldest first. Everything here only reads.
     facts = source.status()          # plain JSON-able dicts and lists
     source.file_history("landing", "a/b.csv")
 
-Reading a stream's pending changes costs O(changes), never O(files); a volume's byte count
-reads one column of its latest version and is kept per (table, version), so a page polled every
-two seconds reads it again only after a commit. A fact that cannot be read (a volume whose table
-is gone, a stream whose volume was replaced) becomes an `error` entry beside the others, never a
-failed page.
+The catalog is read once per call; each volume's table stays open in a `VolumeFacts`
+(`serve.facts`), which reads only the commits made since the last call: a poll of an idle
+warehouse lists the logs and reads nothing else, and pending changes cost O(new changes) once
+per (volume, mode, offset, version), never O(files). Calls closer than `min_interval_s` share
+one computation. A fact that cannot be read (a volume whose table is gone, a stream whose
+volume was replaced) becomes an `error` entry beside the others, never a failed page.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from volume_stream.errors import InvalidInputError, VolumeStreamError, converted
+from volume_stream.serve.charts import Timeline, charts
+from volume_stream.serve.facts import VolumeFacts
+from volume_stream.serve.file_history import file_history
+from volume_stream.streams.registry import pinned_end
+from volume_stream.volumes.spec import VolumeSpec
+from volume_stream.warehouse import STREAM, VOLUME
 
 __all__ = ["StatusSource", "Live"]
 
@@ -36,7 +41,6 @@ __all__ = ["StatusSource", "Live"]
 #: "pipelines": {name: runner status}} (see `Daemon.live_status`).
 Live = Callable[[], dict[str, Any]]
 
-_HISTORY = 200  # commits read per volume to date a stream's oldest pending change
 _CHANGE_LOG = "change_log"  # volume_stream.shards.meta.CHANGE_LOG (a feature: not imported)
 
 
@@ -49,8 +53,13 @@ def _iso(value: Any) -> str | None:
     return str(value)
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def _plain(value: Any) -> Any:
     """A value JSON can hold (datetimes as ISO 8601 text)."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -75,6 +84,12 @@ class StatusSource:
         catalog: The warehouse's `Catalog`.
         live: What a daemon adds (listener and pipeline states); None without a daemon.
         clock: Now, as an aware UTC datetime (tests and `staleness_s`).
+        timeline: The daemon's samples of its counters and pending changes (charts); None:
+            a timeline of this source's own, holding the pending changes of each `status()`.
+        min_interval_s: `status()` calls closer than this share one result.
+        refresh_budget_s: Time one `status()` may spend bringing volumes up to date, the
+            least recently looked at first (None: all of them, every call). With many busy
+            volumes a row may then lag a few polls; the page's cost stays bounded.
 
     Example:
         >>> facts = StatusSource(connect("./warehouse")).status()
@@ -83,28 +98,51 @@ class StatusSource:
     """
 
     def __init__(self, catalog: Any, live: Live | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 timeline: Timeline | None = None, min_interval_s: float = 1.0,
+                 refresh_budget_s: float | None = 0.2) -> None:
         self.catalog = catalog
         self.live = live
         self.clock = clock
+        self.min_interval_s = min_interval_s
+        self.refresh_budget_s = refresh_budget_s
+        self._own_timeline = timeline is None
+        self.timeline = Timeline() if timeline is None else timeline
         self._lock = threading.Lock()
-        self._bytes: dict[tuple[str, int], int] = {}
-        self._history: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._status_lock = threading.Lock()
+        self._last: tuple[float, dict[str, Any]] | None = None
+        self._facts: dict[tuple[str, str], VolumeFacts] = {}
+        #: each volume stream's last row, and what it was computed from
+        self._rows: dict[str, tuple[tuple, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ the whole picture
     def status(self) -> dict[str, Any]:
-        """Every volume, stream, pipeline and change log, as plain JSON-able values."""
+        """Every volume, stream, pipeline and change log, as plain JSON-able values.
+
+        Pages polling at once share one computation: facts younger than `min_interval_s`
+        are handed out again."""
+        with self._status_lock:
+            if self._last is not None and \
+                    time.monotonic() - self._last[0] < self.min_interval_s:
+                return self._last[1]
+            facts = self._status()
+            self._last = (time.monotonic(), facts)
+            return facts
+
+    def _status(self) -> dict[str, Any]:
         now = self.clock()
         live = self._live()
-        volumes = self.volumes(live)
+        state = self.catalog.warehouse.read()
+        histories: list[tuple[list[datetime], bool]] = []
+        volumes = self.volumes(live, histories, state=state, budget_s=self.refresh_budget_s)
         facts = {
             "generated_at": _iso(now),
             "warehouse": str(self.catalog.warehouse.uri),
             "daemon": self.live is not None,
             "volumes": volumes,
-            "streams": self.streams(now),
+            "streams": self.streams(now, state=state),
             "pipelines": self.pipelines(live),
-            "change_logs": self.change_logs(),
+            "change_logs": self.change_logs(state),
         }
         facts["summary"] = {
             "volumes": len(volumes),
@@ -116,7 +154,12 @@ class StatusSource:
             "errors": sum(1 for part in ("volumes", "streams", "pipelines")
                           for row in facts[part] if row.get("error")),
         }
-        return _plain(facts)
+        if self._own_timeline:
+            self.timeline.record({"pending": facts["summary"]["pending_changes"]},
+                                 at=now.timestamp())
+        facts["charts"] = charts(histories, self.timeline, now=now.timestamp())
+        streams = facts.pop("streams")  # built of plain values already: 1,000 rows unwalked
+        return {**_plain(facts), "streams": streams}
 
     def _live(self) -> dict[str, Any]:
         if self.live is None:
@@ -126,23 +169,80 @@ class StatusSource:
         except Exception as exc:  # a daemon shutting down: show the warehouse anyway
             return {"error": _error(exc)}
 
+    # ------------------------------------------------------------------ kept tables
+    def _volume_facts(self, spec: VolumeSpec) -> VolumeFacts:
+        """The kept facts of the volume `spec` describes (a replaced volume gets new ones)."""
+        key = (spec.name, spec.id)
+        with self._lock:
+            facts = self._facts.get(key)
+            if facts is None:
+                facts = self._facts[key] = VolumeFacts(self.catalog.volumes.table(spec))
+            return facts
+
+    def _named(self, name: str) -> VolumeFacts:
+        """The kept facts of volume `name`, brought up to date (NotFoundError naming the
+        volumes there are)."""
+        data = self.catalog.warehouse.read().get((VOLUME, name))
+        if data is None:
+            self.catalog.describe_volume(name)  # raises the NotFoundError
+        facts = self._volume_facts(VolumeSpec.from_dict(data))
+        with converted(f"volume {name!r}"):
+            facts.refresh()
+        return facts
+
+    def _forget_others(self, state: dict) -> None:
+        kept = {(n, d["id"]) for (k, n), d in state.items() if k == VOLUME}
+        with self._lock:
+            self._facts = {k: v for k, v in self._facts.items() if k in kept}
+
     # ------------------------------------------------------------------ volumes
-    def volumes(self, live: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One row per volume; under a daemon with its listener's state."""
+    def volumes(self, live: dict[str, Any] | None = None,
+                histories: list[tuple[list[datetime], bool]] | None = None, *,
+                state: dict | None = None, budget_s: float | None = None
+                ) -> list[dict[str, Any]]:
+        """One row per volume; under a daemon with its listener's state. `histories` gets
+        each volume's commit times read (and whether they are all of them) for the charts.
+
+        `budget_s`: bring volumes up to date, the least recently looked at first, only until
+        this much time is spent (a volume never looked at always is); the others show what
+        they held at their last look. None: every volume."""
         runners = (live or {}).get("volumes", {})
-        rows = []
-        for info in self.catalog.list_volumes():
-            row = {k: info.get(k) for k in ("name", "location", "notification", "recursive",
-                                           "version", "files")}
+        state = self.catalog.warehouse.read() if state is None else state
+        self._forget_others(state)
+        specs = {name: VolumeSpec.from_dict(data)
+                 for (kind, name), data in sorted(state.items()) if kind == VOLUME}
+        failed: dict[str, str] = {}
+        order = sorted(specs, key=lambda n: self._volume_facts(specs[n]).looked_at)
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        for name in order:
+            facts = self._volume_facts(specs[name])
+            if facts.version is not None and deadline is not None \
+                    and time.monotonic() > deadline:
+                break
             try:
-                table = self.catalog.directory_table(info["name"])
-                row["bytes"] = self._volume_bytes(table, info["version"])
-                last = self._commits(table, info["version"])[:1]
-                row["last_commit"] = _iso(last[0]["timestamp"]) if last else None
-                row["last_operation"] = last[0]["operation"] if last else None
+                with converted(f"volume {name!r}"):
+                    facts.refresh()
             except Exception as exc:
-                row["error"] = _error(exc)
-            runner = runners.get(info["name"])
+                failed[name] = _error(exc)
+        rows = []
+        for name, spec in specs.items():
+            notification = (spec.notification or {}).get(
+                "type", "LOCAL" if spec.scheme == "file" else None)
+            row: dict[str, Any] = {"name": name, "location": spec.location,
+                                   "notification": notification, "recursive": spec.recursive,
+                                   "version": None, "files": None}
+            facts = self._volume_facts(spec)
+            if name in failed or facts.version is None:
+                row["error"] = failed.get(name, "not read yet")
+            else:
+                last = facts.history[:1]
+                row.update(version=facts.version, files=facts.files, bytes=facts.bytes,
+                           last_commit=_iso(last[0]["timestamp"]) if last else None,
+                           last_operation=last[0]["operation"] if last else None)
+                if histories is not None:
+                    histories.append(([h["timestamp"] for h in facts.history],
+                                      facts.complete))
+            runner = runners.get(name)
             row["listener"] = None if runner is None else {
                 "state": _listener_state(runner), **runner}
             rows.append(row)
@@ -152,10 +252,9 @@ class StatusSource:
         """One volume: its description, listener and latest `commits` commits, newest first."""
         info = self.catalog.describe_volume(name)
         runner = self._live().get("volumes", {}).get(name)
-        table = self.catalog.directory_table(name)
-        with converted(f"volume {name!r}"):
-            info["bytes"] = self._volume_bytes(table, info["version"])
-            history = self._commits(table, info["version"])[:commits]
+        facts = self._named(name)
+        info["bytes"] = facts.bytes
+        history = facts.history[:commits]
         info["listener"] = None if runner is None else {"state": _listener_state(runner),
                                                         **runner}
         info["history"] = [{"version": h["version"], "timestamp": _iso(h["timestamp"]),
@@ -165,73 +264,77 @@ class StatusSource:
                            if s.get("volume") == name]
         return _plain(info)
 
-    def _volume_bytes(self, table: Any, version: int) -> int:
-        key = (str(table.path), version)
-        with self._lock:
-            if key in self._bytes:
-                return self._bytes[key]
-        sizes = table.snapshot(version, columns=["size"])["size"]
-        total = int(pc.sum(sizes).as_py() or 0)
-        with self._lock:
-            self._bytes = {k: v for k, v in self._bytes.items() if k[0] != key[0]}
-            self._bytes[key] = total
-        return total
-
-    def _commits(self, table: Any, version: int) -> list[dict[str, Any]]:
-        """The table's latest commits, newest first, kept until the next version."""
-        key = (str(table.path), version)
-        with self._lock:
-            if key in self._history:
-                return self._history[key]
-        history = table.history(_HISTORY)
-        with self._lock:
-            self._history = {k: v for k, v in self._history.items() if k[0] != key[0]}
-            self._history[key] = history
-        return history
-
     # ------------------------------------------------------------------ streams
-    def streams(self, now: datetime | None = None) -> list[dict[str, Any]]:
+    def streams(self, now: datetime | None = None, *, state: dict | None = None
+                ) -> list[dict[str, Any]]:
         """One row per stream (on a volume or a table): offset, latest version, pending
         changes, stale, and how long its oldest pending commit has waited."""
         now = now or self.clock()
-        rows = []
-        for stream in self.catalog.list_streams():
-            on_table = stream.get("table") is not None
+        state = self.catalog.warehouse.read() if state is None else state
+        rows, lowest, specs = [], {}, {}
+        for (kind, name), spec in sorted(state.items()):
+            if kind != STREAM:
+                continue
+            on_table = spec.get("table") is not None
             row: dict[str, Any] = {
-                "name": stream["name"], "on": "table" if on_table else "volume",
-                "source": stream.get("table") if on_table else stream.get("volume"),
-                "mode": stream.get("mode"), "offset": stream.get("offset"),
-                "batch_id": stream.get("batch_id")}
+                "name": name, "on": "table" if on_table else "volume",
+                "source": spec.get("table") if on_table else spec.get("volume"),
+                "mode": spec.get("mode"), "offset": spec.get("offset"),
+                "batch_id": spec.get("batch_id")}
             try:
-                info = self.catalog.describe_stream(stream["name"])
+                volume = None if on_table else state.get((VOLUME, spec["volume"]))
+                if volume is None or volume["id"] != spec.get("volume_id"):
+                    info = self.catalog.describe_stream(name)  # a table's; or the error
+                    row.update(latest_version=info.get("latest_version"),
+                               oldest_version=info.get("oldest_version"),
+                               pending_changes=info.get("pending_changes"),
+                               stale=bool(info.get("stale")), pinned_end=info.get("pinned_end"))
+                else:
+                    if spec["volume"] not in specs:
+                        specs[spec["volume"]] = VolumeSpec.from_dict(volume)
+                    facts = self._volume_facts(specs[spec["volume"]])
+                    lowest[id(facts)] = (facts, min(spec["offset"],
+                                                    lowest.get(id(facts), (0, 1 << 62))[1]))
+                    if facts.version is None:  # volumes() looked at the others
+                        with converted(f"stream {name!r}"):
+                            facts.refresh()
+                    key = (name, repr(spec), id(facts), facts.version, facts.oldest)
+                    kept = self._rows.get(name)
+                    if kept is not None and kept[0] == key:  # nothing moved: the same row
+                        rows.append(self._aged(dict(kept[1]), now))
+                        continue
+                    with converted(f"stream {name!r}"):
+                        pending = facts.pending(spec["mode"], spec["offset"],
+                                                initial_pending=spec.get("initial_pending",
+                                                                         False))
+                    row.update(latest_version=facts.version, oldest_version=facts.oldest,
+                               pending_changes=pending, stale=pending is None,
+                               pinned_end=pinned_end(spec))
+                    row["versions_behind"] = max(facts.version - spec["offset"], 0)
+                    row["waiting_since"] = (_iso(facts.first_commit_after(spec["offset"]))
+                                            if row["versions_behind"] else None)
+                    self._rows[name] = (key, row)
+                    rows.append(self._aged(dict(row), now))
+                    continue
             except Exception as exc:
                 rows.append({**row, "error": _error(exc)})
                 continue
-            row.update(latest_version=info.get("latest_version"),
-                       oldest_version=info.get("oldest_version"),
-                       pending_changes=info.get("pending_changes"),
-                       stale=bool(info.get("stale")), pinned_end=info.get("pinned_end"))
-            behind = (row["latest_version"] or 0) - (row["offset"] or 0)
-            row["versions_behind"] = max(behind, 0)
-            row["waiting_since"] = None
-            if not on_table and behind > 0:
-                row["waiting_since"] = self._first_pending(row["source"], row["offset"])
-            since = row["waiting_since"]
-            row["staleness_s"] = (None if since is None else round(
-                (now - datetime.fromisoformat(since)).total_seconds(), 1))
-            rows.append(row)
+            row["versions_behind"] = max((row["latest_version"] or 0) - (row["offset"] or 0), 0)
+            row["waiting_since"] = None  # a table stream's commits are not dated here
+            rows.append(self._aged(row, now))
+        for facts, offset in lowest.values():
+            facts.keep_from(offset)
+        names = {r["name"] for r in rows}
+        self._rows = {k: v for k, v in self._rows.items() if k in names}
         return rows
 
-    def _first_pending(self, volume: str, offset: int) -> str | None:
-        """The commit time of the first version after `offset` (or, past the commits kept
-        for dating, of the oldest one read: a lower bound)."""
-        try:
-            table = self.catalog.directory_table(volume)
-            commits = self._commits(table, table.version())
-        except Exception:
-            return None
-        later = [c for c in commits if c["version"] > offset]
-        return _iso(later[-1]["timestamp"]) if later else None
+    @staticmethod
+    def _aged(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """`row` with `staleness_s`: how long its oldest pending commit has waited, now."""
+        since = row["waiting_since"]
+        row["staleness_s"] = (None if since is None else round(
+            (now - datetime.fromisoformat(since)).total_seconds(), 1))
+        return row
 
     def stream(self, name: str, limit: int = 50) -> dict[str, Any]:
         """One stream: its row of `streams()` and its first `limit` pending change records."""
@@ -256,10 +359,11 @@ class StatusSource:
                          "error": f"last run {state.get('last_outcome')}" if failing else None})
         return rows
 
-    def change_logs(self) -> list[dict[str, Any]]:
+    def change_logs(self, state: dict | None = None) -> list[dict[str, Any]]:
         """The change logs (shards) of volumes and tables, from the catalog alone."""
         rows = []
-        for (kind, name), meta in sorted(self.catalog.warehouse.read().items()):
+        state = self.catalog.warehouse.read() if state is None else state
+        for (kind, name), meta in sorted(state.items()):
             if kind != _CHANGE_LOG or not meta.get("streams"):
                 continue
             current = meta["streams"][-1]
@@ -275,47 +379,18 @@ class StatusSource:
 
     # ------------------------------------------------------------------ one file
     def file_history(self, volume: str, path: str) -> dict[str, Any]:
-        """Every change record of `path` in the volume's kept versions, oldest first, and its
-        row at the latest version (None once deleted).
+        """Every change of `path` in the volume's kept versions, oldest first, its row at each
+        of those versions (time travel), the stream records they made, and its row at the
+        latest version (None once deleted): `serve.file_history`.
 
         Raises:
             NotFoundError: no such volume.
             InvalidInputError: an empty path.
         """
-        path = path.strip().lstrip("/")
-        if not path:
-            raise InvalidInputError("give the file's path relative to the volume, e.g. a/b.csv")
-        table = self.catalog.directory_table(volume)
-        with converted(f"volume {volume!r}"):
-            latest, oldest = table.version(), table.oldest_version()
-            changes = table.changes(max(oldest - 1, 0), latest) if latest > 0 else None
-            bucket = table.layout().bucket_of(path)
-            now = table.snapshot(latest, buckets=[bucket])
-            now = now.filter(pc.equal(now["relative_path"], pa.scalar(path)))
-            times = {c["version"]: _iso(c["timestamp"]) for c in self._commits(table, latest)}
-        rows: list[dict[str, Any]] = []
-        if changes is not None and changes.num_rows:
-            mine = changes.filter(pc.equal(changes["relative_path"], pa.scalar(path)))
-            keep = [c for c in ("_commit_version", "_change_type", "size",
-                                "last_modified_time", "etag", "url") if c in mine.column_names]
-            rows = sorted(mine.select(keep).to_pylist(),
-                          key=lambda r: (r.get("_commit_version") or 0,
-                                         _CHANGE_ORDER.get(r.get("_change_type"), 9)))
-            for r in rows:
-                r["_commit_timestamp"] = times.get(r["_commit_version"])
-        current = None
-        if now.num_rows:
-            current = {k: v for k, v in now.to_pylist()[0].items()
-                       if k in ("relative_path", "url", "size", "last_modified_time", "etag",
-                                "_image_version")}
-        return _plain({"volume": volume, "path": path, "latest_version": latest,
-                       "oldest_version": oldest, "exists": current is not None,
-                       "current": current,
-                       "versions": sorted({r["_commit_version"] for r in rows}),
-                       "changes": rows})
-
-
-_CHANGE_ORDER = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
+        facts = self._named(volume)
+        with facts.lock:
+            times = {h["version"]: _iso(h["timestamp"]) for h in facts.history}
+            return _plain(file_history(facts.table, volume, path, times))
 
 
 def _listener_state(runner: dict[str, Any]) -> str:

@@ -81,6 +81,30 @@ def _age(seconds: Any) -> str:
     return f"{s // 3600}h {s % 3600 // 60}m" if s < 172800 else f"{s // 86400}d"
 
 
+#: stream rows on one page of `/` (the JSON twin has them all)
+STREAMS_PER_PAGE = 100
+
+
+def _streams_page(streams: list[dict[str, Any]], page: Any) -> dict[str, Any]:
+    """The page `page` (from 1) of the stream rows; past one page, ordered by what needs a
+    look: errors, stale streams, then the most pending changes."""
+    try:
+        page = max(int(page), 1)
+    except (TypeError, ValueError):
+        page = 1
+    ordered = streams
+    if len(streams) > STREAMS_PER_PAGE:
+        ordered = sorted(streams, key=lambda s: (not s.get("error"), not s.get("stale"),
+                                                 -(s.get("pending_changes") or 0), s["name"]))
+    pages = max((len(streams) + STREAMS_PER_PAGE - 1) // STREAMS_PER_PAGE, 1)
+    page = min(page, pages)
+    start = (page - 1) * STREAMS_PER_PAGE
+    return {"rows": ordered[start:start + STREAMS_PER_PAGE], "page": page, "pages": pages,
+            "first": start + 1, "last": min(start + STREAMS_PER_PAGE, len(streams)),
+            "total": len(streams)}
+
+
+_ENV.globals["streams_page"] = _streams_page
 _ENV.filters["size"] = _size
 _ENV.filters["age"] = _age
 _ENV.filters["q"] = lambda v: quote(str(v), safe="")
@@ -157,8 +181,18 @@ def status_routes(source: StatusSource) -> list[BaseRoute]:
     for path, template, facts in views:
         routes.append(Route(path + ".json", page(template, facts, True)))
         routes.append(Route("/" if path == "/status" else path, page(template, facts, False)))
-    routes.append(Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"))
+    routes.append(Mount("/static", _Static(directory=_HERE / "static"), name="static"))
     return routes
+
+
+class _Static(StaticFiles):
+    """The page's scripts and styles, cached by the browser for an hour: a page reloaded on
+    a busy daemon asks for its HTML only."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "public, max-age=3600"
+        return response
 
 
 def _not_found(routes_help: str) -> Callable[..., Any]:

@@ -31,7 +31,7 @@ from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME, CatalogState, check_name, entry, now
 
-__all__ = ["StreamRegistry"]
+__all__ = ["StreamRegistry", "pinned_end"]
 
 
 class StreamRegistry:
@@ -169,7 +169,7 @@ class StreamRegistry:
             latest = functools.partial(self.latest_version, volume)
             between = functools.partial(self.records_between, name, spec, volume)
         a, batch_id = spec["offset"], spec["batch_id"]
-        pinned = _pinned_end(spec)
+        pinned = pinned_end(spec)
         if pinned is None:
             b = latest() if end is None else end
             if a == b and not spec["initial_pending"]:
@@ -180,7 +180,7 @@ class StreamRegistry:
                 if current.get(ident) != spec[ident] or current["offset"] != a \
                         or current["batch_id"] != batch_id:
                     raise ConsumeConflictError(name, a, current["offset"])
-                already = _pinned_end(current)
+                already = pinned_end(current)
                 if already is not None:  # another consumer pinned this batch first
                     return already
                 current["pinned"] = {"batch_id": batch_id, "start": a, "end": b}
@@ -221,12 +221,12 @@ class StreamRegistry:
     def describe(self, name: str) -> dict[str, Any]:
         stored = entry(self.warehouse.read(), STREAM, name)
         if tstreams.is_table_stream(stored):
-            return {**tstreams.describe(self.tables, stored), "pinned_end": _pinned_end(stored)}
+            return {**tstreams.describe(self.tables, stored), "pinned_end": pinned_end(stored)}
         spec, volume = self.spec(name)
         with converted(f"stream {name!r}"):
             table = self._table(volume)
             info = {k: v for k, v in spec.items() if k not in ("volume_id", "pinned")}
-            info["pinned_end"] = _pinned_end(spec)
+            info["pinned_end"] = pinned_end(spec)
             info["latest_version"] = table.version()
             info["oldest_version"] = table.oldest_version()
         info["stale"] = spec["offset"] < info["oldest_version"]
@@ -234,8 +234,9 @@ class StreamRegistry:
         return info
 
 
-def _pinned_end(spec: dict[str, Any]) -> int | None:
-    """The end version recorded for the stream's current batch, if a consumer pinned it."""
+def pinned_end(spec: dict[str, Any]) -> int | None:
+    """The end version recorded for the stream's current batch (its stored `spec`), if a
+    consumer pinned it."""
     pinned = spec.get("pinned")
     if pinned and pinned.get("batch_id") == spec["batch_id"] \
             and pinned.get("start") == spec["offset"]:

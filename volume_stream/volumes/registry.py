@@ -198,25 +198,22 @@ class VolumeRegistry:
         return True
 
     def list(self) -> list[dict[str, Any]]:
-        out = []
-        for (kind, _), data in sorted(self.warehouse.read().items()):
-            if kind != VOLUME:
-                continue
-            spec = VolumeSpec.from_dict(data)
-            with converted(f"volume {spec.name!r}"):
-                table = self.table(spec)
-                out.append({"name": spec.name, "location": spec.location,
-                            "recursive": spec.recursive,
-                            "notification": (spec.notification or {}).get("type", "LOCAL")
-                            if spec.scheme == "file" else (spec.notification or {}).get("type"),
-                            "version": table.version(), "files": table.file_count()})
-        return out
+        return [self._row(VolumeSpec.from_dict(data))
+                for (kind, _), data in sorted(self.warehouse.read().items()) if kind == VOLUME]
+
+    def _row(self, spec: VolumeSpec) -> dict[str, Any]:
+        with converted(f"volume {spec.name!r}"):
+            table = self.table(spec)
+            return {"name": spec.name, "location": spec.location, "recursive": spec.recursive,
+                    "notification": (spec.notification or {}).get("type", "LOCAL")
+                    if spec.scheme == "file" else (spec.notification or {}).get("type"),
+                    "version": table.version(), "files": table.file_count()}
 
     def describe(self, name: str) -> dict[str, Any]:
         spec = self.spec(name)
         with converted(f"volume {name!r}"):
             table = self.table(spec)
-            info = next(v for v in self.list() if v["name"] == name)
+            info = self._row(spec)
             info.update(id=spec.id, options=spec.options, created_at=spec.created_at,
                         table_path=table.path, oldest_version=table.oldest_version(),
                         retention_days=spec.retention_days)
