@@ -119,10 +119,12 @@ def _age(path: str, hours: float) -> None:
                 os.utime(os.path.join(folder, name), (then, then))
 
 
-def test_spark_maintenance_while_our_writer_commits(cat, delta_spark):
-    """OPTIMIZE, ZORDER, SET TBLPROPERTIES and VACUUM commit between our commits; each of our
-    batches lands once, Spark reads our rows, the change feeds agree, the streams are exact,
-    and a stream whose versions the VACUUM took is stale."""
+def _race(cat, spark, statements: list[str]) -> tuple[Model, list[int], list[dict]]:
+    """Our writer commits batches (in bucket 1) on a thread while Spark runs `statements`
+    (on bucket 0, or the whole table), each after at least one more batch of ours; "VACUUM"
+    ages what exists by two hours with the writer held, then vacuums what is older than one
+    hour while it commits (its new files are young, so its in-flight ones are never taken).
+    Returns the model, the versions of Spark's statements and Spark's maintenance commits."""
     table = cat.directory_table("v")
     path = table.path
     model = Model(table)
@@ -147,86 +149,85 @@ def test_spark_maintenance_while_our_writer_commits(cat, delta_spark):
     thread = threading.Thread(target=writer, name="our-writer")
     thread.start()
     spark_versions = []
-    delta_spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     try:
-        for statement in (f"OPTIMIZE delta.`{path}` WHERE _bucket = 0",
-                          f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                          f"('owner.team' = 'data', 'delta.logRetentionDuration' = "
-                          f"'interval 30 days')",
-                          f"OPTIMIZE delta.`{path}` WHERE _bucket = 0 ZORDER BY (relative_path)",
-                          "VACUUM"):
+        for statement in statements:
             model.wait_for(len(model.versions) + 1)  # ours commit between Spark's
             assert not errors, errors
             if statement == "VACUUM":
-                # VACUUM deletes by file age: set what exists back two hours while the writer
-                # waits, then vacuum what is older than one hour while it commits (its new
-                # files are young, so in-flight ones are never taken)
                 hold.set()
                 assert paused.wait(300)
                 _age(path, hours=2)
                 hold.clear()
-                statement = f"VACUUM delta.`{path}` RETAIN 1 HOURS"
-            delta_spark.sql(statement).collect()
-            spark_versions.append(judge.spark_history(delta_spark, path)[-1]["version"])
+                statement = "VACUUM delta.`{path}` RETAIN 1 HOURS"
+            spark.sql(statement.format(path=path)).collect()
+            spark_versions.append(judge.spark_history(spark, path)[-1]["version"])
         model.wait_for(len(model.versions) + 1)
     finally:
-        delta_spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
         stop.set()
         thread.join(300)
     assert not errors, errors
     assert len(set(model.versions)) == len(model.versions)  # each batch one commit
-    history = judge.spark_history(delta_spark, path)
     ours = set(model.versions)
-    spark_ops = [h for h in history if h["version"] not in ours and h["version"] > 0]
-    assert sorted(h["operation"] for h in spark_ops) == sorted(
-        ["OPTIMIZE", "SET TBLPROPERTIES", "OPTIMIZE", "VACUUM START", "VACUUM END"])
     for earlier, later in zip(spark_versions, spark_versions[1:], strict=False):
         assert any(earlier < v < later for v in ours)  # interleaved
     assert max(ours) > max(spark_versions)
+    spark_ops = [h for h in judge.spark_history(spark, path)
+                 if h["version"] not in ours and h["version"] > 0]
     # nothing lost: Spark and we read exactly what the events imply
-    assert judge.rows(judge.spark_table(delta_spark, path), PUBLIC) == model.rows()
+    assert judge.rows(judge.spark_table(spark, path), PUBLIC) == model.rows()
     assert judge.rows(table.snapshot(columns=PUBLIC), PUBLIC) == model.rows()
     # Spark's maintenance commits change no data: no change record in either feed
     for h in spark_ops:
         v = h["version"]
         assert table.changes(v - 1, v).num_rows == 0, h
-        assert judge.spark_changes(delta_spark, path, v - 1, v).num_rows == 0, h
-    # the streams' versions were vacuumed: stale, by name, rather than wrong
+        assert judge.spark_changes(spark, path, v - 1, v).num_rows == 0, h
+    return model, spark_versions, spark_ops
+
+
+def test_spark_optimize_and_properties_while_our_writer_commits(cat, delta_spark):
+    """OPTIMIZE and SET TBLPROPERTIES commit between our commits; each of our batches lands
+    once; then a batch rewrites rows of Spark's compacted files (paths longer than Spark's
+    32-character statistics): the streams are exact and our feed is Spark's."""
+    model, _, spark_ops = _race(cat, delta_spark, [
+        "OPTIMIZE delta.`{path}` WHERE _bucket = 0",
+        "ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('owner.team' = 'data', "
+        "'delta.logRetentionDuration' = 'interval 30 days')"])
+    assert [h["operation"] for h in spark_ops] == ["OPTIMIZE", "SET TBLPROPERTIES"]
+    model.batch(bucket=0)
+    _check_streams(cat, model)
+    table = cat.directory_table("v")
+    latest, columns = table.version(), [*PUBLIC, *judge.CDF_META]
+    for a in (0, spark_ops[0]["version"] - 1, latest - 1):
+        assert judge.rows(table.changes(a, latest), columns) == \
+            judge.rows(judge.spark_changes(delta_spark, table.path, a, latest), columns), a
+
+
+@pytest.mark.soak  # four Spark maintenance commands racing our writer: ~20-60 s
+def test_spark_zorder_and_vacuum_while_our_writer_commits(cat, delta_spark):
+    """The whole set, VACUUM included: after it a stream whose versions it took is stale, by
+    name, rather than wrong; from the version it names our feed is Spark's."""
+    model, spark_versions, spark_ops = _race(cat, delta_spark, [
+        "OPTIMIZE delta.`{path}` WHERE _bucket = 0",
+        "ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('owner.team' = 'data')",
+        "OPTIMIZE delta.`{path}` WHERE _bucket = 0 ZORDER BY (relative_path)", "VACUUM"])
+    assert sorted(h["operation"] for h in spark_ops) == sorted(
+        ["OPTIMIZE", "SET TBLPROPERTIES", "OPTIMIZE", "VACUUM START", "VACUUM END"])
     with pytest.raises(vs.StaleStreamError) as stale:
         cat.read_stream("standard")
     assert stale.value.stream == "standard" and stale.value.offset == 0
     oldest = stale.value.oldest
-    assert 0 < oldest < min(spark_versions[-1:])  # the VACUUM took only versions before it
+    assert 0 < oldest < spark_versions[-1]  # the VACUUM took only versions before it
     info = cat.describe_stream("standard")
     assert info["stale"] and info["oldest_version"] == oldest
-    # from the oldest readable version on, our feed is Spark's
-    latest = table.version()
-    columns = [*PUBLIC, *judge.CDF_META]
+    table = cat.directory_table("v")
+    latest, columns = table.version(), [*PUBLIC, *judge.CDF_META]
     assert judge.rows(table.changes(oldest, latest), columns) == \
-        judge.rows(judge.spark_changes(delta_spark, path, oldest, latest), columns)
+        judge.rows(judge.spark_changes(delta_spark, table.path, oldest, latest), columns)
     cat.create_stream("standard", on_volume="v", replace=True, show_initial_rows=True)
     model.batch()
     assert _stream(cat, "standard") == sorted((p, "INSERT", s, e) for p, s, e in model.rows())
-
-
-def test_our_streams_are_exact_across_spark_optimize(cat, delta_spark):
-    """Without VACUUM every range still reads: the streams created at version 0 show exactly
-    what the events imply across Spark's compactions, and our feed of every range is
-    Spark's."""
-    table = cat.directory_table("v")
-    model = Model(table)
-    for _ in range(3):
-        model.batch()
-    delta_spark.sql(f"OPTIMIZE delta.`{table.path}`").collect()
-    model.batch()  # an overwrite and a delete of rows in Spark's compacted files
-    delta_spark.sql(f"OPTIMIZE delta.`{table.path}` ZORDER BY (relative_path)").collect()
-    model.batch()
-    _check_streams(cat, model)
-    columns = [*PUBLIC, *judge.CDF_META]
-    latest = table.version()
-    for a in range(latest):
-        assert judge.rows(table.changes(a, latest), columns) == \
-            judge.rows(judge.spark_changes(delta_spark, table.path, a, latest), columns), a
 
 
 def test_a_stream_whose_versions_spark_vacuumed_is_stale(cat, delta_spark):
