@@ -8,6 +8,7 @@ and a table feature our readers cannot honour (deletion vectors) is refused by n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -59,14 +60,15 @@ class Model:
             self.committed.notify_all()
         return version
 
-    def batch(self, bucket: int | None = None) -> int:
-        """Two new files, an overwrite and a delete of older ones (all in `bucket`, if
-        given: Spark's OPTIMIZE ... WHERE _bucket = 0 and we then touch no file in common)."""
+    def batch(self, bucket: int | None = None, *, touch: bool = True) -> int:
+        """Two new files, and (`touch`) an overwrite and a delete of older ones, all in
+        `bucket` if given (Spark's OPTIMIZE ... WHERE _bucket = 0 and we then touch no file in
+        common). New paths sort after the old ones: an insert-only batch adds a data file."""
         self.n += 1
-        names = (f"{LONG}f{self.n}-{k}" for k in range(10_000))
+        names = (f"{LONG}f{self.n:05d}-{k}" for k in range(10_000))
         new = [p for p in names if bucket is None or self.layout.bucket_of(p) == bucket][:2]
         old = sorted(p for p in self.live
-                     if bucket is None or self.layout.bucket_of(p) == bucket)
+                     if bucket is None or self.layout.bucket_of(p) == bucket) if touch else []
         return self.apply(puts=[*new, *old[:1]], removes=old[1:2])
 
     def wait_for(self, count: int) -> None:
@@ -129,7 +131,7 @@ def _race(cat, spark, statements: list[str]) -> tuple[Model, list[int], list[dic
     path = table.path
     model = Model(table)
     for bucket in (0, 0, 0, 1):  # bucket 0: files for Spark to compact
-        model.batch(bucket)
+        model.batch(bucket, touch=False)
     hold, paused, stop = threading.Event(), threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
@@ -146,6 +148,17 @@ def _race(cat, spark, statements: list[str]) -> tuple[Model, list[int], list[dic
             with model.committed:
                 model.committed.notify_all()
 
+    @contextlib.contextmanager
+    def held():
+        """The writer waiting between two batches."""
+        paused.clear()
+        hold.set()
+        assert paused.wait(300)
+        try:
+            yield
+        finally:
+            hold.clear()
+
     thread = threading.Thread(target=writer, name="our-writer")
     thread.start()
     spark_versions = []
@@ -154,14 +167,19 @@ def _race(cat, spark, statements: list[str]) -> tuple[Model, list[int], list[dic
         for statement in statements:
             model.wait_for(len(model.versions) + 1)  # ours commit between Spark's
             assert not errors, errors
+            if statement.startswith("OPTIMIZE") and spark_versions:  # more files to compact
+                with held():
+                    model.batch(0, touch=False)
+                    model.batch(0, touch=False)
             if statement == "VACUUM":
-                hold.set()
-                assert paused.wait(300)
-                _age(path, hours=2)
-                hold.clear()
+                with held():
+                    _age(path, hours=2)
                 statement = "VACUUM delta.`{path}` RETAIN 1 HOURS"
             spark.sql(statement.format(path=path)).collect()
-            spark_versions.append(judge.spark_history(spark, path)[-1]["version"])
+            last = [h for h in judge.spark_history(spark, path)
+                    if h["operation"] in ("OPTIMIZE", "SET TBLPROPERTIES", "VACUUM END")][-1]
+            assert last["version"] > max(spark_versions, default=0), statement  # committed
+            spark_versions.append(last["version"])
         model.wait_for(len(model.versions) + 1)
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
