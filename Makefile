@@ -37,7 +37,9 @@ test: $(STAMP)
 # histories against the oracle (tests/volume_stream/test_histories.py), 3000
 # random requests against the shard API (tests/volume_stream/test_shard_api_fuzz.py; a
 # SHARD-API-FUZZ line), 1000 random DELETE/UPDATE/MERGE conditions against Spark SQL
-# (tests/volume_stream/tables/test_predicates.py), then the full fault scenario: a daemon SIGKILLed 20 times under 10%
+# (tests/volume_stream/tables/test_predicates.py), Spark's OPTIMIZE/ZORDER/VACUUM racing our
+# writer and a Spark-written pipeline target SIGKILLed between its commits (tests/interop/),
+# then the full fault scenario: a daemon SIGKILLed 20 times under 10%
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line)
 soak: $(STAMP)
@@ -49,6 +51,8 @@ soak: $(STAMP)
 	VS_PREDICATE_EXAMPLES=1000 $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/tables/test_predicates.py -k touches_exactly
 	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/warehouse/test_pipeline_faults.py
+	$(PY) -m pytest -q -p no:cacheprovider --timeout=1800 -m soak \
+		tests/interop/test_users_tools.py tests/interop/test_delta_target.py
 	VOLUME_STREAM_FAULT_PROFILE=full $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
 		tests/warehouse/test_fault_scenario.py -k killed_at_random
 

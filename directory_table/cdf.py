@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from directory_table.kept import VersionsGone, is_missing_file, oldest_readable
 from directory_table.layout import Layout, bucket_array, plain_types
 from directory_table.schema import BUCKET_FIELD, TABLE_SCHEMA
 
@@ -17,6 +18,9 @@ __all__ = ["changes", "read_cdf"]
 
 class _Table(Protocol):
     """What `changes` needs of a `DirectoryTable`."""
+
+    path: str
+    storage_options: dict[str, str]
 
     def reader(self, up_to: int) -> DeltaTable: ...
 
@@ -31,10 +35,25 @@ def changes(table: _Table, after_version: int, up_to_version: int,
     will have once migrated, or 0); `buckets` keeps only those buckets' changes. The commit
     that migrated the table into buckets rewrote every row unchanged: it is not part of any
     range. The table's open Delta handle is read as it is unless a commit of the range
-    changes metadata (`DirectoryTable.reader`).
+    changes metadata (`DirectoryTable.reader`). A range whose files a VACUUM removed raises
+    `kept.VersionsGone` (naming the oldest version a range still reads from).
     """
     if up_to_version <= after_version:
         return _empty_cdf()
+    try:
+        return _changes(table, after_version, up_to_version, buckets)
+    except Exception as exc:
+        if not is_missing_file(exc):
+            raise
+        oldest = oldest_readable(table.path, after_version, up_to_version,
+                                 table.storage_options)
+        if oldest <= after_version:
+            raise  # every file of the range is there: another failure
+        raise VersionsGone(table.path, after_version, up_to_version, oldest) from exc
+
+
+def _changes(table: _Table, after_version: int, up_to_version: int,
+             buckets: Iterable[int] | None) -> pa.Table:
     wanted = sorted(set(buckets)) if buckets is not None else None
     dt = table.reader(up_to_version)
     layout = Layout.of(dt)

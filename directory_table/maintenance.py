@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from directory_table import rewrite
+from directory_table import protocol, rewrite
 from directory_table.compaction import sorted_compact
 from directory_table.errors import CommitConflict
 from directory_table.layout import (
@@ -125,6 +125,7 @@ def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
              buckets: int = DEFAULT_BUCKETS, checkpoint: bool = True) -> OptimizeResult:
     """See `DirectoryTable.optimize`."""
     result = OptimizeResult()
+    protocol.check(table.delta(), table.path, write=True)
     if migrate_layout:
         result.migrated_version = migrate(table, buckets=buckets)
     dt = table.delta()
@@ -220,6 +221,7 @@ def _migrate_tombstones(table: DirectoryTable, buckets: int) -> None:
 def apply_retention(table: DirectoryTable, retention_days: float) -> dict:
     """See `DirectoryTable.apply_retention`."""
     dt = table.delta()
+    protocol.check(dt, table.path, write=True)
     dt.create_checkpoint()
     removed_logs = dt.cleanup_metadata()
     vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),

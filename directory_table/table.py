@@ -27,7 +27,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
-from directory_table import _reads, rewrite
+from directory_table import _reads, protocol, rewrite
 from directory_table.cdf import _CDF_SCHEMA, _empty_cdf, changes, read_cdf  # noqa: F401
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
@@ -37,7 +37,6 @@ from directory_table.layout import (
     DEFAULT_TARGET_FILE_SIZE,
     TARGET_FILE_SIZE_KEY,
     Layout,
-    bucket_array,
     bucket_groups,
     for_layout,
     read_matching,
@@ -161,13 +160,22 @@ class DirectoryTable:
         """The Delta table at its latest (or a given) version."""
         try:
             if version is not None:
-                return DeltaTable(self.path, version=version, storage_options=self.storage_options)
+                dt = DeltaTable(self.path, version=version, storage_options=self.storage_options)
+                protocol.check(dt, self.path)
+                return dt
             options = self.storage_options
             if self._dt is None or generation(options) != self._generation:
                 self._dt = DeltaTable(self.path, storage_options=options)
                 self._generation = generation(options)
-            elif self._log.newer_than(self._dt.version()):  # else the handle is the latest
+            elif self._log.newer_than(self._dt.version()):
                 self._dt.update_incremental()
+            else:
+                return self._dt  # the latest, checked when it was loaded
+            try:  # features another writer (a user's Spark) may have turned on
+                protocol.check(self._dt, self.path)
+            except protocol.UnsupportedFeature:
+                self._dt = self._index = None
+                raise
             return self._dt
         except TableNotFoundError as exc:
             raise TableMissing(f"no directory table at {self.path}") from exc
@@ -274,6 +282,7 @@ class DirectoryTable:
         if (self._dt is None or self._index is None
                 or generation(self.storage_options) != self._generation):
             dt = self.delta()
+            protocol.check(dt, self.path, write=True)
             self._index = FileIndex.of(dt) if Layout.of(dt).bucketed else None
             return dt, self._index
         try:
@@ -417,23 +426,9 @@ class DirectoryTable:
         `columns` names others (`_bucket` included). `buckets` reads only those buckets'
         files (a refresh can diff a listing bucket by bucket, `layout.bucket_of`)."""
         cached = self._dt if self._dt is not None and self._dt.version() == version else None
-        dt, columns = cached or self.delta(version), list(columns or TABLE_SCHEMA.names)
-        table = _reads.local_rows(dt, columns, buckets)  # None: not local, or `_bucket` asked
-        if table is None and buckets is None:
-            table = dt.to_pyarrow_dataset().to_table(use_threads=False, columns=columns)
-        elif table is None:
-            wanted = sorted(set(buckets))
-            layout = Layout.of(dt)
-            if layout.bucketed:
-                dataset = dt.to_pyarrow_dataset(file_pruning_predicate=[
-                    (BUCKET_FIELD.name, "in", [str(b) for b in wanted])])
-                table = dataset.to_table(use_threads=False, columns=columns)
-            else:
-                table = dt.to_pyarrow_dataset().to_table(use_threads=False, columns=list({*columns, "relative_path"}))
-                table = table.filter(pc.is_in(
-                    bucket_array(table["relative_path"].to_pylist(), layout.buckets),
-                    value_set=pa.array(wanted, pa.int32()))).select(columns)
-        return table.cast(pa.schema([BUCKETED_SCHEMA.field(n) for n in table.column_names]))
+        dt = cached or self.delta(version)
+        return _reads.snapshot(dt, list(columns or TABLE_SCHEMA.names), buckets, path=self.path,
+                               latest=self.version(), storage_options=self.storage_options)
 
     def changes(self, after_version: int, up_to_version: int, *,
                 buckets: Iterable[int] | None = None) -> pa.Table:

@@ -90,6 +90,8 @@ KINDS = {
     # docs/spark-delta.md
     "spark_delta": 'files = spark.read.format("delta").load(cat.table_path(volume="landing"))',
     "spark_delta_table": "cat.sql(\"CREATE TABLE orders (id INT, item VARCHAR)\")",
+    "spark_delta_tools": 'spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS").collect()',
+    "spark_delta_target": 'cat.pipeline("for_spark", first_line, "first_lines", format="delta")',
 }
 
 #: blocks another test file runs as printed
@@ -101,6 +103,8 @@ ELSEWHERE = {
     # the page's blocks run in order, their printed lines checked, with Delta's connector
     "spark_delta": "tests/interop/test_docs.py",
     "spark_delta_table": "tests/interop/test_docs.py",
+    "spark_delta_tools": "tests/interop/test_docs.py",
+    "spark_delta_target": "tests/interop/test_docs.py",
 }
 
 #: blocks that cannot run here, and why

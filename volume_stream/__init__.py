@@ -28,6 +28,7 @@ from volume_stream.errors import (
     SqlSyntaxError,
     StaleStreamError,
     TrimmedDataError,
+    UnsupportedFeatureError,
     VolumeStreamError,
     WarehouseError,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "SqsNotification",
     "StaleStreamError",
     "TrimmedDataError",
+    "UnsupportedFeatureError",
     "VolumeStreamError",
     "WarehouseError",
     "__version__",

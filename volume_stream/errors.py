@@ -17,11 +17,14 @@
     ├── TrimmedDataError         a shard position is older than the change log's retention
     ├── CommitConflictError      another writer committed to the same directory table version
     │                            (directory_table.CommitConflict)
+    ├── UnsupportedFeatureError  a Delta table uses a table feature volume-stream cannot read or
+    │                            write (turned on by another writer); names table and features
     └── WarehouseError           the warehouse folder is corrupt or not a warehouse (also a
                                  volume's missing directory table: directory_table.TableMissing)
 
 Errors of the layers below (`connectors.errors.ConnectorError`, `directory_table.TableMissing`,
-`directory_table.CommitConflict`) and third-party errors are converted where they cross into
+`directory_table.CommitConflict`, `directory_table.protocol.UnsupportedFeature`) and
+third-party errors are converted where they cross into
 volume-stream's public API, with `raise ... from exc` (the original stays as `__cause__`), so
 callers catch these. `converted(what)` is the one place that does it.
 """
@@ -33,6 +36,8 @@ from contextlib import contextmanager
 
 from connectors.errors import ConnectorError, CredentialsError
 from connectors.errors import InventoryError as _ReportError
+from directory_table.kept import VersionsGone
+from directory_table.protocol import UnsupportedFeature
 from directory_table.table import CommitConflict, TableMissing
 
 __all__ = [
@@ -49,6 +54,7 @@ __all__ = [
     "SqlSyntaxError",
     "StaleStreamError",
     "TrimmedDataError",
+    "UnsupportedFeatureError",
     "VolumeStreamError",
     "WarehouseError",
     "storage_full",
@@ -105,7 +111,8 @@ class StaleStreamError(VolumeStreamError):
     def __init__(self, stream: str, offset: int, oldest: int):
         super().__init__(
             f"stream {stream!r} is stale: its offset is version {offset} but the oldest kept "
-            f"version is {oldest} (older versions were removed by retention); recreate the "
+            f"version is {oldest} (older versions were removed by retention or a VACUUM); "
+            f"recreate the "
             f"stream (optionally with show_initial_rows=True) to start again"
         )
         self.stream, self.offset, self.oldest = stream, offset, oldest
@@ -146,6 +153,16 @@ class CommitConflictError(VolumeStreamError):
     """Another writer committed the directory table version this commit was planned on."""
 
 
+class UnsupportedFeatureError(VolumeStreamError):
+    """A Delta table uses table features volume-stream cannot read or write (another writer,
+    e.g. a user's Spark, turned them on): `table` and `features` name them. Nothing was read or
+    written."""
+
+    def __init__(self, message: str, table: str, features: Iterable[str]):
+        super().__init__(message)
+        self.table, self.features = table, list(features)
+
+
 class ExpiredIteratorError(VolumeStreamError):
     """A shard iterator is past its 15 minutes, was not issued by this warehouse (forged or
     altered), or names a change log, stream or shard that is gone."""
@@ -183,8 +200,10 @@ def converted(what: str) -> Iterator[None]:
     """Convert the lower layers' errors into this tree; `what` names the object ("volume 'x'").
 
     CredentialsError → ConfigError, any other ConnectorError → SourceError, TableMissing →
-    WarehouseError, CommitConflict → CommitConflictError, any other OSError (a local volume's
-    folder gone or unreadable) → SourceError; each keeps the original as its cause.
+    WarehouseError, CommitConflict → CommitConflictError, UnsupportedFeature →
+    UnsupportedFeatureError, VersionsGone (files a VACUUM removed) → WarehouseError, any
+    other OSError (a local volume's folder gone or unreadable) → SourceError; each keeps the
+    original as its cause.
     """
     try:
         yield
@@ -198,6 +217,10 @@ def converted(what: str) -> Iterator[None]:
         raise WarehouseError(f"{what}: directory table missing: {exc}") from exc
     except CommitConflict as exc:
         raise CommitConflictError(f"{what}: {exc}") from exc
+    except UnsupportedFeature as exc:
+        raise UnsupportedFeatureError(f"{what}: {exc}", exc.path, exc.features) from exc
+    except VersionsGone as exc:  # a stream says StaleStreamError; other readers say this
+        raise WarehouseError(f"{what}: {exc}") from exc
     except OSError as exc:  # a local volume's folder gone or unreadable (or a full disk)
         raise (storage_full(what, exc) or SourceError(f"{what}: {exc}")) from exc
     except Exception as exc:  # delta-rs reports a full disk as DeltaError / Exception

@@ -1,7 +1,8 @@
 """Every Python block of docs/spark-delta.md runs as printed, in order, in one namespace, in a
 temp folder, on the session's Delta-enabled Spark; each run of full-line comments after a line
 that prints (`.show(` or `print(`) must be lines of what the block printed. (They are the
-"spark_delta" and "spark_delta_table" blocks of tests/docs_blocks.py.)"""
+"spark_delta", "spark_delta_table", "spark_delta_tools" and "spark_delta_target" blocks of
+tests/docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -25,13 +26,16 @@ def _expected(block: str) -> list[str]:
 
 
 def test_the_page_runs_as_printed(delta_spark, tmp_path, monkeypatch):
-    assert len(BLOCKS) >= 2
+    assert len(BLOCKS) >= 4
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    for block in BLOCKS:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(block, str(PAGE), "exec"), namespace)  # noqa: S102
-        printed = {line.strip() for line in out.getvalue().splitlines()}
-        for line in _expected(block):
-            assert line in printed, f"{line!r} not printed by:\n{block}\n{out.getvalue()}"
+    try:
+        for block in BLOCKS:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, str(PAGE), "exec"), namespace)  # noqa: S102
+            printed = {line.strip() for line in out.getvalue().splitlines()}
+            for line in _expected(block):
+                assert line in printed, f"{line!r} not printed by:\n{block}\n{out.getvalue()}"
+    finally:  # the page turns VACUUM's safety check off in the session's one SparkSession
+        delta_spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")

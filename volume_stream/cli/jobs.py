@@ -14,7 +14,7 @@ spark-submit's `--master`/`--conf`). A spec, with relative paths resolved agains
 
     [options]                                     # Catalog.pipeline options
     path_glob = ["*.jpg", "*.png"]
-    max_files_per_batch = 500
+    max_files_per_batch = 500                     # or format = "delta": Spark writes it
 
     [create.stream]                               # create the stream if it does not exist
     volume = "landing"
@@ -67,6 +67,7 @@ class PipelineOptionsSpec(_Model):
     parallelism: int | None = Field(default=None, ge=1)
     max_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=0.5, ge=0)
+    format: Literal["delta"] | None = None
 
 
 class VolumeCreateSpec(_Model):

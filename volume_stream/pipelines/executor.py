@@ -9,7 +9,9 @@ transient read errors with exponential back-off, writes result rows and error ro
 files in the target and errors table folders, and returns only a small manifest: one row per
 file written (path, size, row count, Delta stats) and one row of counters. Rows never travel to
 the driver; the driver commits the listed files to Delta (`pipelines.sink`). Files of a task
-attempt that failed or lost a speculative race are never listed, so never committed.
+attempt that failed or lost a speculative race are never listed, so never committed. A target
+that Spark's Delta connector writes (`format="delta"`, `pipelines.delta_target`) gets the rows
+themselves instead (`run_rows_partition`), for Spark to write.
 
 A file is listed only once it reads back from the store as written (`verify_data_file`: its
 stored size is the bytes the writer sent, its Parquet footer reads and counts its rows): a store
@@ -53,6 +55,9 @@ __all__ = [
     "is_transient",
     "result_schema",
     "run_partition",
+    "run_rows",
+    "run_rows_partition",
+    "rows_schema",
     "stats_json",
     "verify_data_file",
     "write_parquet",
@@ -349,10 +354,7 @@ def _task_manifest(plan: TaskPlan, index: int, fn: Any) -> list[dict[str, Any]]:
     ok = failed = 0
     try:
         for rec in plan.share(index).to_pylist():
-            record = FileRecord(relative_path=rec["relative_path"], url=rec["url"],
-                                size=rec["size"], last_modified_time=rec["last_modified_time"],
-                                etag=rec["etag"], change_type=rec["__change_type"],
-                                commit_version=rec["__commit_version"], reader=plan.reader)
+            record = _record(rec, plan)
             rows, exc, attempts = apply_udf(fn, record, plan.udf_schema,
                                             max_attempts=plan.max_attempts,
                                             retry_backoff_s=plan.retry_backoff_s)
@@ -371,6 +373,69 @@ def _task_manifest(plan: TaskPlan, index: int, fn: Any) -> list[dict[str, Any]]:
     manifest.append({"kind": "counts", "path": None, "size": 0, "num_rows": 0, "stats": None,
                      "ok": ok, "failed": failed})
     return manifest
+
+
+def _record(rec: dict[str, Any], plan: TaskPlan) -> FileRecord:
+    return FileRecord(relative_path=rec["relative_path"], url=rec["url"], size=rec["size"],
+                      last_modified_time=rec["last_modified_time"], etag=rec["etag"],
+                      change_type=rec["__change_type"], commit_version=rec["__commit_version"],
+                      reader=plan.reader)
+
+
+def rows_schema(udf_schema: pa.Schema) -> pa.Schema:
+    """What `run_rows_partition` yields: a row of the target (`target`), of the errors table
+    (`error`) or a task's counters (`ok`, `failed`), told apart by `kind`."""
+    return pa.schema([("kind", pa.string()),
+                      ("target", pa.struct(list(result_schema(udf_schema)))),
+                      ("error", pa.struct(list(ERROR_SCHEMA))),
+                      ("ok", pa.int64()), ("failed", pa.int64())])
+
+
+def run_rows(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
+    """Task `index`'s share of the plan's records through the UDF, its rows handed back to
+    Spark (a pipeline whose target Spark writes, `format="delta"`), not written to files."""
+    from pyspark import cloudpickle
+
+    udf = cloudpickle.loads(plan.udf_blob)
+    fn = getattr(udf, "fn", udf)
+    schema, out = result_schema(plan.udf_schema), rows_schema(plan.udf_schema)
+    targets, errors, ok, failed = [], [], 0, 0
+    for rec in plan.share(index).to_pylist():
+        record = _record(rec, plan)
+        rows, exc, attempts = apply_udf(fn, record, plan.udf_schema,
+                                        max_attempts=plan.max_attempts,
+                                        retry_backoff_s=plan.retry_backoff_s)
+        if exc is None:
+            ok += 1
+            targets.append(_with_meta(rows, record, schema))
+        else:
+            failed += 1
+            errors.append(_error_row(record, exc, attempts, plan.batch_id))
+    parts = [("target", pa.concat_tables(targets, promote_options="none") if targets else None),
+             ("error", pa.Table.from_pylist(errors, schema=ERROR_SCHEMA) if errors else None)]
+    for kind, table in parts:
+        if table is None or not table.num_rows:
+            continue
+        n = table.num_rows
+        columns = {"kind": pa.array([kind] * n, pa.string()),
+                   "target": pa.nulls(n, out.field("target").type),
+                   "error": pa.nulls(n, out.field("error").type),
+                   "ok": pa.nulls(n, pa.int64()), "failed": pa.nulls(n, pa.int64())}
+        columns[kind] = pa.StructArray.from_arrays(
+            [c.combine_chunks() for c in table.columns], fields=list(table.schema))
+        yield pa.RecordBatch.from_pydict(columns, schema=out)
+    yield pa.RecordBatch.from_pydict(
+        {"kind": ["counts"], "target": pa.nulls(1, out.field("target").type),
+         "error": pa.nulls(1, out.field("error").type), "ok": [ok], "failed": [failed]},
+        schema=out)
+
+
+def run_rows_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]
+                       ) -> Iterator[pa.RecordBatch]:
+    """The `mapInArrow` function of `run_rows`: each input row is a task index."""
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            yield from run_rows(plan, int(index))
 
 
 def run_partition(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -8,10 +8,14 @@ from typing import Any
 
 from volume_stream.errors import InvalidInputError
 
-__all__ = ["CHANGE_TYPES", "META_COLUMNS", "ON_DELETE", "PipelineMetrics", "PipelineOptions"]
+__all__ = ["CHANGE_TYPES", "FORMATS", "META_COLUMNS", "ON_DELETE", "PipelineMetrics",
+           "PipelineOptions"]
 
 CHANGE_TYPES = ("INSERT", "UPDATE_AFTER", "UPDATE_BEFORE", "DELETE")
 ON_DELETE = ("ignore", "delete_rows")
+#: how the target is written: None, the executors' files committed by volume-stream
+#: (`pipelines.sink`); "delta", by Spark's Delta connector (`pipelines.delta_target`)
+FORMATS = (None, "delta")
 #: Columns every result row gets beside the UDF's own.
 META_COLUMNS = ("relative_path", "__change_type", "__commit_version", "processed_at")
 
@@ -57,13 +61,14 @@ class PipelineOptions:
     max_attempts: int = 3
     retry_backoff_s: float = 0.5
     progress: bool | None = None
+    format: str | None = None
 
     @classmethod
     def of(cls, change_types: Iterable[str] = ("INSERT", "UPDATE_AFTER"),
            path_glob: str | Iterable[str] | None = None, on_delete: str = "ignore",
            max_files_per_batch: int | None = None, parallelism: int | None = None,
            max_attempts: int = 3, retry_backoff_s: float = 0.5,
-           progress: bool | None = None) -> PipelineOptions:
+           progress: bool | None = None, format: str | None = None) -> PipelineOptions:
         if isinstance(change_types, str):
             change_types = [change_types]
         types = tuple(str(t).upper() for t in change_types)
@@ -84,5 +89,12 @@ class PipelineOptions:
             raise InvalidInputError(f"max_attempts must be >= 1, not {max_attempts!r}")
         if retry_backoff_s < 0:
             raise InvalidInputError(f"retry_backoff_s must be >= 0, not {retry_backoff_s!r}")
+        if format not in FORMATS:
+            raise InvalidInputError(f"invalid format {format!r}; choose 'delta' (written by "
+                                    f"Spark's Delta connector) or leave it out")
+        if format == "delta" and (on_delete != "ignore" or max_files_per_batch is not None):
+            raise InvalidInputError(
+                "format 'delta' writes each batch in one Spark commit per table: "
+                "on_delete='delete_rows' and max_files_per_batch are the default target's")
         return cls(types, globs, on_delete, max_files_per_batch, parallelism, max_attempts,
-                   float(retry_backoff_s), progress)
+                   float(retry_backoff_s), progress, format)

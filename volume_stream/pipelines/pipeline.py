@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from volume_stream.errors import ConfigError, InvalidInputError, NotFoundError, StaleStreamError
+from volume_stream.pipelines.delta_target import run_delta_batch
 from volume_stream.pipelines.options import META_COLUMNS, PipelineMetrics, PipelineOptions
 from volume_stream.pipelines.run import run_batch
 from volume_stream.pipelines.sink import resolve_target
@@ -63,6 +64,9 @@ class Pipeline:
         max_attempts / retry_backoff_s: Tries per file on transient read errors, and the
             first back-off (doubled each time).
         progress: Show a progress bar on stderr (default: when it is a terminal).
+        format: None (default): the executors write the target's files and volume-stream
+            commits them with delta-rs; "delta": Spark's Delta connector writes each batch,
+            exactly once by Delta's idempotent writes (txnAppId, txnVersion).
 
     Example:
         >>> p = cat.pipeline("new_images", image_metadata, "image_meta", path_glob="*.jpg")
@@ -117,6 +121,8 @@ class Pipeline:
             >>> (m.files_ok, m.files_failed, m.rows_written)
             (98, 2, 98)
         """
+        if self.options.format == "delta":
+            return run_delta_batch(self)
         return run_batch(self)
 
     def run_forever(self, interval_s: float = 10.0, *, stop: threading.Event | None = None,

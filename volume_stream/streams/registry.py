@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from directory_table import DirectoryTable
+from directory_table.kept import VersionsGone
 from volume_stream.errors import (
     AlreadyExistsError,
     ConsumeConflictError,
@@ -194,13 +195,18 @@ class StreamRegistry:
         """The change records stream `name` (with `spec`, on `volume`) shows for exactly (a, b].
 
         Raises:
-            StaleStreamError: `a` is older than the oldest kept version.
+            StaleStreamError: `a` is older than the oldest kept version, or a VACUUM removed
+                files of the range (its log entries kept: `directory_table.kept`).
         """
         with converted(f"stream {name!r}"):
             reader = VersionReader(volume, self._table(volume))
             if not reader.is_kept(a):
                 raise StaleStreamError(name, a, reader.oldest())
-            return reader.records(spec["mode"], a, b, initial_pending=spec["initial_pending"])
+            try:
+                return reader.records(spec["mode"], a, b,
+                                      initial_pending=spec["initial_pending"])
+            except VersionsGone as exc:
+                raise StaleStreamError(name, a, exc.oldest) from exc
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
                       batch_id: int) -> None:
@@ -230,7 +236,12 @@ class StreamRegistry:
             info["latest_version"] = table.version()
             info["oldest_version"] = table.oldest_version()
         info["stale"] = spec["offset"] < info["oldest_version"]
-        info["pending_changes"] = None if info["stale"] else self.pending(name)[0].num_rows
+        info["pending_changes"] = None
+        if not info["stale"]:
+            try:
+                info["pending_changes"] = self.pending(name)[0].num_rows
+            except StaleStreamError as exc:  # a VACUUM removed files the log still lists
+                info["stale"], info["oldest_version"] = True, exc.oldest
         return info
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from volume_stream.errors import AlreadyExistsError, InvalidInputError
+from volume_stream.errors import AlreadyExistsError, InvalidInputError, StaleStreamError
 from volume_stream.tables import TableStore, check_table, new_spec, records_between
 from volume_stream.warehouse import STREAM, CatalogState, Warehouse
 
@@ -69,5 +69,10 @@ def describe(store: TableStore, spec: dict[str, Any]) -> dict[str, Any]:
     info["latest_version"] = store.version(table)
     info["oldest_version"] = store.oldest_version(table)
     info["stale"] = spec["offset"] < info["oldest_version"]
-    info["pending_changes"] = None if info["stale"] else pending(store, spec)[0].num_rows
+    info["pending_changes"] = None
+    if not info["stale"]:
+        try:
+            info["pending_changes"] = pending(store, spec)[0].num_rows
+        except StaleStreamError as exc:  # a VACUUM removed files the log still lists
+            info["stale"], info["oldest_version"] = True, exc.oldest
     return info

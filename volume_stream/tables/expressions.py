@@ -26,13 +26,17 @@ Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESI
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import sqlglot
 from sqlglot import exp
 
 from volume_stream.errors import InvalidInputError
 
-__all__ = ["IN_CHUNK", "MAX_NESTING", "column_names", "parse_expression", "to_delta",
-           "to_delta_predicate"]
+__all__ = ["IN_CHUNK", "MAX_NESTING", "column_names", "deep_stack", "parse_expression",
+           "to_delta", "to_delta_predicate"]
 
 _OUT = "postgres"
 #: the deepest parenthesis nesting an expression may have
@@ -205,3 +209,30 @@ def to_delta_predicate(node: exp.Expression | str, *, columns: list[str] | None 
 def column_names(node: exp.Expression) -> set[tuple[str, str]]:
     """(qualifier, name) of each column an expression reads (qualifier '' if none)."""
     return {(c.table or "", c.name) for c in node.find_all(exp.Column)}
+
+
+_STACK = 256 * 1024 * 1024
+
+
+def deep_stack(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` on a thread with a 256 MiB stack: delta-rs parses and plans a predicate on
+    the calling thread, recursively, and a long one overflowed the main thread's 8 MiB (a
+    segfault that killed the process)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = fn(*args)
+        except BaseException as exc:  # handed back to the caller's thread as it was
+            out["error"] = exc
+
+    old = threading.stack_size(_STACK)
+    try:
+        thread = threading.Thread(target=run, name="volume-stream-delta-write")
+        thread.start()
+    finally:
+        threading.stack_size(old)
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["result"]

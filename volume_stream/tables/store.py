@@ -26,9 +26,9 @@ a `CommitConflictError` naming the table.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,20 +48,22 @@ from volume_stream.errors import (
     VolumeStreamError,
     storage_full,
 )
-from volume_stream.tables.expressions import to_delta, to_delta_predicate
+from volume_stream.tables.expressions import deep_stack, to_delta, to_delta_predicate
 from volume_stream.tables.keys import KEY_PROPERTY, check_key, key_columns, parse_key
+from volume_stream.tables.readable import check_readable, readable
 from volume_stream.tables.types import arrow_type, conform, sql_type
 from volume_stream.warehouse import check_name
 from volume_stream.warehouse.location import Location, storage_error
 
 __all__ = ["HIDDEN", "ROW_ID", "ROW_VERSION", "Column", "MergeClause", "TableStore"]
 
+log = logging.getLogger(__name__)
+
 ROW_ID, ROW_VERSION = "_vs_row_id", "_vs_row_version"
 HIDDEN = (ROW_ID, ROW_VERSION)
 CDF = "delta.enableChangeDataFeed"
 _PROPERTIES = {"change_tracking": CDF, "key": KEY_PROPERTY}
 _ATTEMPTS = 20
-_STACK = 256 * 1024 * 1024
 TABLE = "table"
 
 
@@ -83,30 +85,6 @@ class MergeClause:
     action: str
     condition: Any = None
     assignments: dict[str, Any] | None = None
-
-
-def _deep_stack(fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)` on a thread with a 256 MiB stack: delta-rs parses and plans a predicate on
-    the calling thread, recursively, and a long one overflowed the main thread's 8 MiB (a
-    segfault that killed the process)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["result"] = fn(*args)
-        except BaseException as exc:  # handed back to the caller's thread as it was
-            out["error"] = exc
-
-    old = threading.stack_size(_STACK)
-    try:
-        thread = threading.Thread(target=run, name="volume-stream-delta-write")
-        thread.start()
-    finally:
-        threading.stack_size(old)
-    thread.join()
-    if "error" in out:
-        raise out["error"]
-    return out["result"]
 
 
 def _integers(schema: pa.Schema) -> set[str]:
@@ -290,13 +268,18 @@ class TableStore:
         dt = self.open(name)
         if version is not None:
             dt.load_as_version(version)
-        table = dt.to_pyarrow_dataset().to_table(use_threads=False)
+        with readable(name, self.path(name), dt):
+            table = dt.to_pyarrow_dataset().to_table(use_threads=False)
         if not hidden:
             table = table.select([c for c in table.column_names if c not in HIDDEN])
         return _plain(table)
 
     def file_uris(self, name: str) -> list[str]:
-        return self.open(name).file_uris()
+        """The data files of the latest version, which hold its rows as they are (a table
+        with deletion vectors or column mapping is refused: `readable.check_readable`)."""
+        dt = self.open(name)
+        check_readable(name, self.path(name), dt)
+        return dt.file_uris()
 
     def changes(self, name: str, after: int, up_to: int) -> pa.Table:
         """The change data feed of versions (after, up_to] (plain Arrow types)."""
@@ -307,8 +290,10 @@ class TableStore:
                                     "_change_type": pa.array([], pa.string()),
                                     "_commit_version": pa.array([], pa.int64())}))
         try:
-            reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to)
-            table = pa.RecordBatchReader.from_stream(reader).read_all()
+            with readable(name, self.path(name), dt, after=after, up_to=up_to,
+                          storage_options=self.storage_options):
+                reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to)
+                table = pa.RecordBatchReader.from_stream(reader).read_all()
         except DeltaError as exc:
             raise InvalidInputError(f"table {name!r}: no change data for versions "
                                     f"{after + 1}..{up_to} (is change_tracking on?): {exc}"
@@ -352,8 +337,10 @@ class TableStore:
             dt = dt or self.open(name)
             version = dt.version() + 1
             try:
-                result = _deep_stack(write, dt, version, CommitProperties(max_commit_retries=0))
+                result = deep_stack(write, dt, version, CommitProperties(max_commit_retries=0))
             except CommitFailedError:
+                log.info("table %s: another writer committed version %d first; planning the "
+                         "statement again on it (nothing lost)", self.path(name), version)
                 dt = None  # lost a race: reload and stamp the next version
                 time.sleep(random.uniform(0, 0.01 * (attempt + 1)))
                 continue

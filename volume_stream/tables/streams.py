@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from directory_table.kept import VersionsGone
 from volume_stream.errors import InvalidInputError, NotFoundError, StaleStreamError
 from volume_stream.tables import changes as tch
 from volume_stream.tables.store import ROW_ID, TableStore
@@ -71,8 +72,16 @@ def records_between(store: TableStore, spec: dict[str, Any], a: int, b: int) -> 
     """The change records stream `spec` shows for exactly (a, b].
 
     Raises:
-        StaleStreamError: `a` is older than the oldest kept version.
+        StaleStreamError: `a` is older than the oldest kept version, or a VACUUM removed files
+            of the range (`directory_table.kept`).
     """
+    try:
+        return _records_between(store, spec, a, b)
+    except VersionsGone as exc:
+        raise StaleStreamError(spec["name"], a, exc.oldest) from exc
+
+
+def _records_between(store: TableStore, spec: dict[str, Any], a: int, b: int) -> pa.Table:
     table = spec["table"]
     oldest = store.oldest_version(table)
     if a < oldest:
