@@ -204,6 +204,7 @@ def _race(cat, spark, statements: list[str]) -> tuple[Model, list[int], list[dic
     return model, spark_versions, spark_ops
 
 
+@pytest.mark.slow  # Spark maintenance racing our writers: make soak
 def test_spark_optimize_and_properties_while_our_writer_commits(cat, delta_spark):
     """OPTIMIZE and SET TBLPROPERTIES commit between our commits; each of our batches lands
     once; then a batch rewrites rows of Spark's compacted files (paths longer than Spark's

@@ -33,6 +33,7 @@ def _rows(table, columns=("id", "n")) -> list[tuple]:
     return judge.rows(table, list(columns))
 
 
+@pytest.mark.slow  # Spark maintenance racing our writers: make soak
 def test_spark_update_and_our_update_racing_lose_no_update(cat, delta_spark, caplog):
     """Round by round, our UPDATE and Spark's start together on the same row; every update
     either commits once or is run again, so n ends at the number of updates, each of the values
@@ -88,6 +89,7 @@ def test_spark_update_and_our_update_racing_lose_no_update(cat, delta_spark, cap
         judge.rows(judge.spark_changes(delta_spark, path, 2, latest), columns)
 
 
+@pytest.mark.slow  # Spark maintenance racing our writers: make soak
 def test_a_table_stream_across_spark_optimize_and_vacuum(cat, delta_spark):
     path = cat.table_path("c")
     cat.create_stream("s", on_table="c")
