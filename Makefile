@@ -35,7 +35,8 @@ test: $(STAMP)
 # SHARD-API-FUZZ line), 1000 random DELETE/UPDATE/MERGE conditions against Spark SQL
 # (tests/volume_stream/tables/test_predicates.py), then the full fault scenario: a daemon SIGKILLed 20 times under 10%
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
-# printed as a FAULT-SCENARIO line)
+# printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
+# (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
 soak: $(STAMP)
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py
@@ -46,6 +47,8 @@ soak: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/warehouse/test_pipeline_faults.py
 	VOLUME_STREAM_FAULT_PROFILE=full $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
 		tests/warehouse/test_fault_scenario.py -k killed_at_random
+	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
+		tests/volume_stream/test_group_commit_kills.py
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
