@@ -63,7 +63,8 @@ class Feeder(threading.Thread):
 
     def finish(self) -> list[str]:
         self.halt.set()
-        self.join(30)
+        if self.ident is not None:  # started
+            self.join(30)
         assert self.error is None, self.error
         return list(self.created)
 
@@ -91,7 +92,7 @@ def run_scenario(tmp_path: Path, kills: int, rng: random.Random) -> None:
     cat = vs.connect(wh)
     cat.create_volume("vol", data)
     cat.create_stream("inserts", "vol", mode="APPEND_ONLY")
-    cfg = write_config(tmp_path / "vs.toml", wh, data, max_wait_s=0.5, target_commit_s=2.0)
+    cfg = write_config(tmp_path / "vs.toml", wh, data, target_commit_s=2.0)
     log = tmp_path / "daemon.log"
     feeder = Feeder(data, random.Random(rng.random()))
     trickle: list[int] = []
