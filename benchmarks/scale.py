@@ -241,14 +241,14 @@ def run_grown(ctx: Context, sizes: Sizes) -> None:
         baseline_label=f"same into {count_label(sizes.small)} rows grown by apply",
         target="<= 2x the small case", passed=lg <= 2 * sm,
         details={"large_runs_s": runs["large"], "small_runs_s": runs["small"],
-                 "files_large": len(large.delta().files()),
-                 "files_small": len(small.delta().files())}))
+                 "files_large": len(large.delta().file_uris()),
+                 "files_small": len(small.delta().file_uris())}))
 
 
 def run_spread(ctx: Context, sizes: Sizes, large: DirectoryTable) -> None:
     """`scale.batch10k`: a spread batch against its copy-on-write floor (and a raw merge)."""
     report, big = ctx.report, count_label(sizes.large)
-    files_before = len(large.delta().files())
+    files_before = len(large.delta().file_uris())
     events = mix(sizes.large, sizes.big_batch, 100)
     ours_s, result = timed(lambda: large.apply(events))
     removed = removed_files(large.path, result.version)
@@ -277,7 +277,7 @@ def run_spread(ctx: Context, sizes: Sizes, large: DirectoryTable) -> None:
 
 def run_local(ctx: Context, sizes: Sizes, large: DirectoryTable) -> None:
     """`scale.local10k`: whole folders overwritten and new folders, into the large table."""
-    files_before = len(large.delta().files())
+    files_before = len(large.delta().file_uris())
     runs, rewritten = [], []
     for r in range(3):
         events = folder_batch(sizes.large, sizes.big_batch, r)

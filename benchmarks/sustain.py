@@ -32,7 +32,7 @@ from benchmarks._data import T0, existing_path
 from benchmarks._report import Figure, count_label
 from benchmarks.scale import link_copy, peak_rss_gib, template
 from connectors.events import FileEvent
-from connectors.memory import MemoryListener
+from connectors.memory import MemoryListener, _Message
 from directory_table import DEFAULT_BUCKETS
 from volume_stream.config.daemon import DaemonTuning, VolumeConfig
 from volume_stream.daemon.metrics import DaemonMetrics
@@ -67,11 +67,15 @@ class TimedListener(MemoryListener):
         self.sent_at: dict[str, float] = {}
         self.acked_at: dict[str, float] = {}
 
-    def send(self, *events: FileEvent, message_id: str | None = None) -> str:
+    def send_stamped(self, message_id: str, events: tuple[FileEvent, ...]) -> None:
+        """`send` for events that already carry `message_id` as their `source_id` (the feeder
+        builds them so: `send` would copy each one, and the feeder shares the GIL with the
+        daemon)."""
         now = time.monotonic()
-        mid = super().send(*events, message_id=message_id)
-        self.sent_at[mid] = now
-        return mid
+        with self._cond:
+            self._messages[message_id] = _Message(message_id, events)
+            self._cond.notify_all()
+        self.sent_at[message_id] = now
 
     def ack(self, handles) -> None:
         super().ack(handles)
@@ -90,9 +94,12 @@ class SizedWatcher(VolumeWatcher):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sizes: list[int] = []
+        self.seconds: list[float] = []
 
     def commit(self, events):
+        started = time.perf_counter()
         result = super().commit(events)
+        self.seconds.append(round(time.perf_counter() - started, 3))
         self.sizes.append(len(events))
         return result
 
@@ -115,6 +122,7 @@ class Feeder(threading.Thread):
         total = int(self.rate * self.seconds)
         n = 0
         while self.sent < total:
+            mid = f"{self.tag}-{n}"
             events = []
             for _ in range(self.per_message):
                 n += 1
@@ -125,8 +133,9 @@ class Feeder(threading.Thread):
                     path = f"d{folder:04d}/{self.tag}{n:08d}.bin"
                 events.append(FileEvent.created(path, size=n % 1000, etag=f"s{n:x}",
                                                 last_modified_time=when + timedelta(
-                                                    microseconds=n), event_time=when))
-            self.listener.send(*events)
+                                                    microseconds=n), event_time=when,
+                                                source_id=mid))
+            self.listener.send_stamped(mid, tuple(events))
             self.sent += len(events)
             lag = began + self.sent / self.rate - time.monotonic()
             if lag > 0:
@@ -185,7 +194,7 @@ def run_rate(ctx: Context, table_root: Path, rows: int, rate: int, seconds: floa
             "batches": int(batches), "events": int(events),
             "mean_commit_s": (commit_s or 0) / batches if batches else None,
             "batch_p50": _quantile(sizes, 0.5), "batch_max": max(sizes, default=0),
-            "batch_sizes_last": sizes[-8:],
+            "batch_sizes": sizes, "commit_s": watcher.seconds,
             "latency_p50_s": _quantile(latencies, 0.5), "latency_p99_s": _quantile(latencies, 0.99),
             "unacked_messages": len(listener.sent_at) - len(latencies),
             "model": runner.model.as_dict()}
