@@ -10,6 +10,7 @@ summary goes to `.bench/results.json`.
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
     scale        10-event and 10k-event batches, change reads and optimize at 10M rows
     sustain      the daemon under 20k and 2k events/s into 10M rows (group commit)
+    filesize     10-event, local and spread batches at 2k/8k/32k rows per file, per table size
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
@@ -33,6 +34,7 @@ from benchmarks import (
     bench_sqs,
     cli,
     discovery,
+    filesize,
     inventory,
     scale,
     shards,
@@ -43,8 +45,8 @@ from benchmarks import (
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery, bench_latency,
-                                       backfill, bench_sqs, bench_pipeline, tables, cli, warehouse,
-                                       inventory)}
+BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery,
+                                  bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
+                                  warehouse, inventory, filesize)}
 
 __all__ = ["BENCHMARKS"]

@@ -58,7 +58,7 @@ def cow_floor(table_path: str, files: list[str], scratch: Path) -> tuple[float, 
 def folder_batch(rows: int, size: int, round_: int) -> list[FileEvent]:
     """`size` events as a real bucket makes them: half overwrite every file of a few existing
     folders (a folder uploaded again), half create the files of new folders."""
-    when = T0 + timedelta(hours=50 + round_)
+    when = T0 + timedelta(hours=1000 + round_)  # newer than every other batch of the run
     half = size // 2
     folders = max(1, rows // FILES_PER_FOLDER)
     first = (round_ * 7919 * FILES_PER_FOLDER) % (folders * FILES_PER_FOLDER)
