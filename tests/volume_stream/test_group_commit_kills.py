@@ -35,7 +35,7 @@ SEED = int(os.environ.get("GROUP_COMMIT_SEED", random.randrange(1 << 30)))
 
 class Feeder(threading.Thread):
     """Writes new files (and overwrites some) `per_tick` at a time every `tick_s` seconds until
-    stopped; `per_tick` can be raised while it runs (the flood)."""
+    stopped; `per_tick` can be changed while it runs (the flood; 0 pauses it)."""
 
     def __init__(self, data: Path, rng: random.Random):
         super().__init__(name="group-commit-kill-feeder")
@@ -101,18 +101,19 @@ def run_scenario(tmp_path: Path, kills: int, rng: random.Random) -> None:
     try:
         daemon.wait_ready(120)
         feeder.start()
-        wait_for(lambda: len(commit_sizes(daemon)) >= 10)       # the trickle: ~20 files/s
+        wait_for(lambda: len(commit_sizes(daemon)) >= 6)        # the trickle: ~20 files/s
         trickle = commit_sizes(daemon)
-        feeder.per_tick = 150                                   # the flood: ~3,000 files/s
         for kill in range(kills):
             if kill:
                 daemon = DaemonProcess(cfg, log).start()
                 daemon.wait_ready(120)
-            # kill mid-run: once a batch of the flood has committed, at a random moment after
+            feeder.per_tick = 60                                # the flood: ~1,200 files/s
+            # kill mid-flood: once a batch of it has committed, at a random moment after
             wait_for(lambda d=daemon: any(n >= 100 for n in commit_sizes(d)), 120)
             time.sleep(rng.uniform(0.0, 1.0))
             flood += commit_sizes(daemon)
             daemon.proc.kill()
+            feeder.per_tick = 0                                 # paused while it is down
             daemon.wait()
             assert daemon.proc.returncode == -signal.SIGKILL
     finally:
@@ -129,7 +130,7 @@ def run_scenario(tmp_path: Path, kills: int, rng: random.Random) -> None:
 
     assert table_state(cat) == listing(data)
     inserts = Counter(r["relative_path"] for r in cat.read_stream_arrow("inserts").to_pylist())
-    assert set(inserts) == set(created) and len(created) > 500
+    assert set(inserts) == set(created) and len(created) > 300
     assert [p for p, n in inserts.items() if n != 1] == []     # no event lost or doubled
     # batch sizes grow with the load
     assert max(flood) >= 100 and max(flood) > 5 * max(trickle[1:] or [1]), (trickle, flood)
