@@ -33,7 +33,7 @@ from benchmarks._data import T0, existing_path
 from benchmarks._report import Figure, count_label
 from benchmarks.scale import link_copy, peak_rss_gib, template
 from connectors.events import FileEvent
-from connectors.memory import MemoryListener, _Message
+from connectors.memory import MemoryListener
 from directory_table import DEFAULT_BUCKETS
 from volume_stream.config.daemon import DaemonTuning, VolumeConfig
 from volume_stream.daemon.metrics import DaemonMetrics
@@ -68,15 +68,11 @@ class TimedListener(MemoryListener):
         self.sent_at: dict[str, float] = {}
         self.acked_at: dict[str, float] = {}
 
-    def send_stamped(self, message_id: str, events: tuple[FileEvent, ...]) -> None:
-        """`send` for events that already carry `message_id` as their `source_id` (the feeder
-        builds them so: `send` would copy each one, and the feeder shares the GIL with the
-        daemon)."""
+    def send(self, *events: FileEvent, message_id: str | None = None) -> str:
         now = time.monotonic()
-        with self._cond:
-            self._messages[message_id] = _Message(message_id, events)
-            self._cond.notify_all()
-        self.sent_at[message_id] = now
+        mid = super().send(*events, message_id=message_id)
+        self.sent_at[mid] = now
+        return mid
 
     def ack(self, handles) -> None:
         super().ack(handles)
@@ -136,7 +132,7 @@ class Feeder(threading.Thread):
                                                 last_modified_time=when + timedelta(
                                                     microseconds=n), event_time=when,
                                                 source_id=mid))
-            self.listener.send_stamped(mid, tuple(events))
+            self.listener.send(*events, message_id=mid)  # already stamped: not copied
             self.sent += len(events)
             lag = began + self.sent / self.rate - time.monotonic()
             if lag > 0:
