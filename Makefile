@@ -41,7 +41,8 @@ test: $(STAMP)
 # writer and a Spark-written pipeline target SIGKILLed between its commits (tests/interop/),
 # then the full fault scenario: a daemon SIGKILLed 20 times under 10%
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
-# printed as a FAULT-SCENARIO line)
+# printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
+# (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
 soak: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
@@ -55,6 +56,8 @@ soak: $(STAMP)
 		tests/interop/test_users_tools.py tests/interop/test_delta_target.py
 	VOLUME_STREAM_FAULT_PROFILE=full $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 \
 		tests/warehouse/test_fault_scenario.py -k killed_at_random
+	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
+		tests/volume_stream/test_group_commit_kills.py
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -9,6 +9,8 @@ summary goes to `.bench/results.json`.
     stream_read  1k changes read from a 10k- and a 1M-row directory table
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
     scale        10-event and 10k-event batches, change reads and optimize at 10M rows
+    sustain      the daemon under 20k and 2k events/s into 10M rows (group commit)
+    filesize     10-event, local and spread batches at 2k/8k/32k rows per file, per table size
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
@@ -34,18 +36,20 @@ from benchmarks import (
     bench_sqs,
     cli,
     discovery,
+    filesize,
     inventory,
     scale,
     shards,
     status,
     stream_read,
+    sustain,
     tables,
     warehouse,
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
-                                       backfill, bench_sqs, bench_pipeline, tables, cli, warehouse,
-                                       inventory, status)}
+BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery,
+                                  bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
+                                  warehouse, inventory, filesize, status)}
 
 __all__ = ["BENCHMARKS"]

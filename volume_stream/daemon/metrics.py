@@ -49,7 +49,12 @@ log = logging.getLogger("volume_stream.metrics")
 #: A probe returns (ok, details); details are served as JSON.
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    120.0)
+#: group commit lets a batch grow with the load (`volume_stream.volumes.batching`)
+_BATCH_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1000, 5000, 10_000, 50_000, 100_000, 500_000,
+                  1_000_000)
+_BYTES_BUCKETS = tuple(float(1 << k) for k in range(10, 31, 2))  # 1 KiB .. 1 GiB
 _SLOW_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 
 
@@ -97,7 +102,19 @@ class DaemonMetrics:
             buckets=_LATENCY_BUCKETS, registry=r)
         self.batch_events = Histogram(
             "volume_stream_batch_events", "Events per committed batch.", v,
-            buckets=(1, 2, 5, 10, 50, 100, 500, 1000, 5000), registry=r)
+            buckets=_BATCH_BUCKETS, registry=r)
+        self.batch_bytes = Histogram(
+            "volume_stream_batch_bytes",
+            "Estimated memory of the events of one committed batch (capped by "
+            "max_batch_bytes).", v, buckets=_BYTES_BUCKETS, registry=r)
+        self.batch_latency = Histogram(
+            "volume_stream_batch_latency_seconds",
+            "From receiving a batch's first event to its commit: the longest any of its events "
+            "waited in the daemon.", v, buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch_cap = Gauge(
+            "volume_stream_batch_cap_events",
+            "Events the next batch may hold to commit within target_commit_s, by the commit "
+            "times measured so far (-1: no cap yet).", v, registry=r)
         self.errors = Counter(
             "volume_stream_errors", "Failures per stage (receive, apply, ack, refresh, open).",
             ["volume", "stage"], registry=r)

@@ -4,11 +4,13 @@ A `VolumeRunner` owns one thread. It opens the volume's `VolumeWatcher` (whateve
 the watcher carries the listener, the path filter and the refresh), runs a full-listing refresh
 at start (the listener is already running, so nothing falls between the two), then loops:
 
-1. receive a batch adaptively: wait up to `poll_s` for a first event, then keep taking what
-   is already there (receives that do not wait) while events keep coming, and commit as soon
-   as one of them comes back empty, or the batch holds `max_batch_events`, or `max_wait_s`
-   passed since its first event. A quiet queue commits each event at once; under load a batch
-   grows to what arrived during the previous commit, up to those caps;
+1. gather a batch by group commit (`volume_stream.volumes.batching`): wait up to `poll_s` for
+   a first event, then take everything already pending, and commit as soon as a receive finds
+   the queue quiet, or the batch reaches its cap (memory, `max_batch_bytes`; the events that
+   commit within about `target_commit_s` by the commit times measured so far; an optional
+   fixed `max_batch_events`), or `max_wait_s` passed since its first event. A quiet queue
+   commits each event at once; under load a batch holds what arrived during the previous
+   commit, so batches grow with the load;
 2. commit them as one `DirectoryTable.apply` (one version, or none if nothing changed);
 3. acknowledge the messages only after that commit;
 4. refresh when the listener says it lost events, and every `refresh_interval_s`;
@@ -18,10 +20,8 @@ Failures back off exponentially (with jitter) and keep the batch: it is retried,
 acknowledged before it commits, so a crash or a stop at any point loses nothing (unacknowledged
 messages come back; local events lost with the process are healed by the start refresh) and
 applies nothing twice (the table ignores events it already holds). A batch that keeps failing
-is bisected: if some of its events commit, the ones that fail on their own are poison and go to
-a dead-letter file, and their messages are left to the queue's redrive policy; if none commits,
-a queue batch is released unacknowledged and a local one is retried, so neither a poison
-message nor a failing disk throws events away or stops the loop for good.
+is bisected (`volume_stream.daemon.poison`), so neither a poison message nor a failing disk
+throws events away or stops the loop for good.
 """
 
 from __future__ import annotations
@@ -31,51 +31,24 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from connectors.events import FileEvent
+from connectors.protocols import Received
 from volume_stream.config.daemon import DaemonTuning, VolumeConfig
 from volume_stream.daemon.loop import LoopThread
 from volume_stream.daemon.metrics import DaemonMetrics
+from volume_stream.daemon.poison import PoisonIsolator, handles_to_ack
 from volume_stream.errors import InventoryError
+from volume_stream.volumes.batching import Batch, CommitModel, gather
 from volume_stream.volumes.watcher import VolumeWatcher
 from volume_stream.warehouse.dead_letters import DeadLetters
 
 __all__ = ["VolumeRunner"]
 
 log = logging.getLogger("volume_stream.daemon")
-
-#: A bisection that finds this many failing single events and no success stops early: the
-#: fault is not in particular events (and bisecting a large batch would cost ~2n commits).
-_NOTHING_COMMITS_AFTER = 3
-
-
-class _NothingCommits(Exception):
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-@dataclass
-class _Bisection:
-    ok: int = 0
-    bad: list[tuple[FileEvent, Exception]] = field(default_factory=list)
-
-
-@dataclass
-class _Batch:
-    events: list[FileEvent] = field(default_factory=list)
-    handles: list[Any] = field(default_factory=list)
-    needs_refresh: bool = False
-    attempts: int = 0
-    released: bool = False  # nothing commits: give the messages back unacknowledged
-    poisoned: list[FileEvent] = field(default_factory=list)  # dead-lettered events
-    #: event source_id -> message handle, when the listener says (`Received.source_handles`)
-    handle_of: dict[str, Any] = field(default_factory=dict)
-
 
 class VolumeRunner(LoopThread):
     """The receive → commit → acknowledge loop of one volume, on its own thread.
@@ -110,7 +83,9 @@ class VolumeRunner(LoopThread):
         self._stop = stop
         self._clock = clock
         self._watcher: VolumeWatcher | None = None
-        self._pending: _Batch | None = None
+        self._pending: Batch | None = None
+        self.limits = config.batch_limits()
+        self.model = CommitModel()
         self._refresh_reason: str | None = None
         self._next_refresh: float | None = None
         self._next_optimize: float | None = self._after(config.optimize_interval_s)
@@ -143,7 +118,7 @@ class VolumeRunner(LoopThread):
         return {"alive": self.alive, "ready": self.ready, "listening": self._watcher is not None,
                 "failures": self.failures, "last_error": self.last_error,
                 "last_version": self.last_version, "commits": self.commits,
-                "last_refresh": self.last_refresh,
+                "last_refresh": self.last_refresh, "commit_model": self.model.as_dict(),
                 "seconds_since_beat": round(self._clock() - self.beat, 3)}
 
     # ------------------------------------------------------------------ loop
@@ -182,7 +157,7 @@ class VolumeRunner(LoopThread):
                 return
         self._commit_and_ack(self._pending)
 
-    def _commit_and_ack(self, batch: _Batch) -> None:
+    def _commit_and_ack(self, batch: Batch) -> None:
         watcher = self._watcher
         assert watcher is not None
         # A long commit must not let the queue hand the messages to another receiver.
@@ -307,45 +282,28 @@ class VolumeRunner(LoopThread):
         if value is not None:
             self.metrics.queue_backlog.labels(self.name).set(value)
 
-    def _collect(self) -> _Batch | None:
-        """Receive adaptively (module docstring, step 1): after the first event, receives do
-        not wait, and the first one that comes back empty closes the batch."""
+    def _collect(self) -> Batch | None:
+        """Gather a batch by group commit (module docstring, step 1)."""
         assert self._watcher is not None
-        watcher, cfg = self._watcher, self.config
-        batch = _Batch()
-        deadline: float | None = None
-        while True:
-            timeout = cfg.poll_s if deadline is None else 0.0
-            self._stage = "receive"
-            try:
-                received = watcher.receive(timeout)
-            except Exception as exc:
-                if not (batch.events or batch.handles or batch.needs_refresh):
-                    raise
-                # keep what we hold: commit it now, the error comes back on the next receive
-                self.metrics.errors.labels(self.name, "receive").inc()
-                log.warning("volume %s: receive failed mid-batch (%s); committing the %d "
-                            "events held", self.name, exc, len(batch.events),
-                            extra={"volume": self.name})
-                break
-            self.beat = self._clock()
-            self._account(received.events, received, batch)
-            if deadline is None:
-                if not (batch.events or batch.handles or batch.needs_refresh):
-                    return None
-                deadline = self._clock() + cfg.max_wait_s
-            elif not (received.events or received.handles or received.needs_refresh
-                      or received.malformed or received.ignored):
-                break  # the queue is quiet: commit what we hold now
-            if len(batch.events) >= cfg.max_batch_events or self._clock() >= deadline \
-                    or self._stop.is_set():
-                break
+        self._stage = "receive"
+        batch = gather(self._watcher.receive, poll_s=self.config.poll_s, limits=self.limits,
+                       model=self.model, accept=self._account, stop=self._stop,
+                       on_error=self._receive_failed)
+        if batch.empty:
+            return None
         if batch.needs_refresh:
             self._refresh_reason = self._refresh_reason or "listener"
         return batch
 
-    def _account(self, events: tuple[FileEvent, ...], received: Any, batch: _Batch) -> None:
-        m, v = self.metrics, self.name
+    def _receive_failed(self, exc: Exception, batch: Batch) -> None:
+        # keep what we hold: commit it now, the error comes back on the next receive
+        self.metrics.errors.labels(self.name, "receive").inc()
+        log.warning("volume %s: receive failed mid-batch (%s); committing the %d events held",
+                    self.name, exc, len(batch.events), extra={"volume": self.name})
+
+    def _account(self, received: Received) -> list[FileEvent]:
+        self.beat = self._clock()
+        m, v, events = self.metrics, self.name, received.events
         accepted = self._watcher.accepted(events)
         m.events_received.labels(v).inc(len(events))
         m.events_filtered.labels(v).inc(len(events) - len(accepted))
@@ -355,32 +313,35 @@ class VolumeRunner(LoopThread):
         backlog = info.get("backlog", info.get("pending"))
         if isinstance(backlog, int | float):
             m.queue_backlog.labels(v).set(backlog)
-        # which message carried each event, so only a poison event's message is held
-        handle_of = received.source_handles or info.get("handle_of_source")
-        if handle_of:
-            batch.handle_of.update(handle_of)
-        batch.events.extend(accepted)
-        batch.handles.extend(received.handles)
-        batch.needs_refresh |= bool(received.needs_refresh)
+        return accepted
 
     # ------------------------------------------------------------------ commit
-    def _apply(self, batch: _Batch) -> None:
+    def _apply(self, batch: Batch) -> None:
         if not batch.events:
             return
         self._stage = "apply"
         try:
             self._apply_events(batch.events)
+            m, v = self.metrics, self.name
+            m.batch_bytes.labels(v).observe(batch.bytes)
+            if batch.first_at is not None:
+                m.batch_latency.labels(v).observe(time.monotonic() - batch.first_at)
+            cap = self.model.cap(self.limits.target_commit_s)
+            m.batch_cap.labels(v).set(-1 if cap is None else cap)
         except Exception:
             batch.attempts += 1
             if batch.attempts % self.tuning.poison_after:
                 raise
-            self._isolate(batch)
+            assert self._watcher is not None
+            PoisonIsolator(self.name, self._apply_events, self._watcher.table_version,
+                           self.dead_letters, self.metrics).isolate(batch)
 
     def _apply_events(self, events: list[FileEvent]) -> None:
         assert self._watcher is not None
         started = time.perf_counter()
         result = self._watcher.commit(events)
         seconds = time.perf_counter() - started
+        self.model.observe(len(events), seconds)
         m, v = self.metrics, self.name
         m.commit_seconds.labels(v).observe(seconds)
         m.batch_events.labels(v).observe(len(events))
@@ -402,90 +363,8 @@ class VolumeRunner(LoopThread):
         self.metrics.directory_version.labels(self.name).set(version)
         self.metrics.last_commit.labels(self.name).set(time.time())
 
-    def _isolate(self, batch: _Batch) -> None:
-        """Find the events that fail on their own; dead-letter them, commit the rest.
-
-        Only a batch in which some events commit proves the table healthy, so only then are
-        the failing ones poison. If nothing commits (the table's storage is failing, or the
-        batch is all poison), nothing is dead-lettered: a queue batch is released unacknowledged
-        (its messages come back after their visibility timeout, and the queue's redrive policy
-        takes the poison ones), a local batch is retried with backoff.
-        """
-        assert self._watcher is not None
-        self._watcher.table_version()  # the table is reachable, so suspect the events
-        progress = _Bisection()
-        try:
-            self._bisect(batch.events, progress)
-            if progress.bad and not progress.ok:
-                raise _NothingCommits(progress.bad[-1][1])
-        except _NothingCommits as nothing:
-            if not batch.handles:
-                raise nothing.cause from None
-            batch.released = True
-            self.metrics.errors.labels(self.name, "apply").inc()
-            log.warning("volume %s: no event of a batch of %d commits (%s); releasing its %d "
-                        "messages to the queue unacknowledged", self.name, len(batch.events),
-                        nothing.cause, len(batch.handles), extra={"volume": self.name})
-            return
-        records = []
-        for event, exc in progress.bad:
-            batch.poisoned.append(event)
-            records.append(self._dead_letter(event, exc))
-        self._write_dead_letters(records)
-
-    def _bisect(self, events: list[FileEvent], progress: _Bisection) -> None:
-        try:
-            self._apply_events(events)
-            progress.ok += 1
-        except Exception as exc:
-            if len(events) > 1:
-                mid = len(events) // 2
-                self._bisect(events[:mid], progress)
-                self._bisect(events[mid:], progress)
-                return
-            progress.bad.append((events[0], exc))
-            if not progress.ok and len(progress.bad) >= _NOTHING_COMMITS_AFTER:
-                raise _NothingCommits(exc) from exc
-
-    def _dead_letter(self, event: FileEvent, exc: Exception) -> dict[str, Any]:
-        self.metrics.events_poison.labels(self.name).inc()
-        record = {"ts": datetime.now(UTC).isoformat(), "volume": self.name,
-                  "error": f"{type(exc).__name__}: {exc}",
-                  "event": {"kind": str(event.kind), "relative_path": event.relative_path,
-                            "size": event.size, "etag": event.etag,
-                            "last_modified_time": event.last_modified_time,
-                            "sequencer": event.sequencer, "event_time": event.event_time,
-                            "source_id": event.source_id}}
-        log.error("volume %s: poison event for %r (%s) written to %s", self.name,
-                  event.relative_path, record["error"], self.dead_letter_file,
-                  extra={"volume": self.name, "source_id": event.source_id})
-        return record
-
-    def _write_dead_letters(self, records: list[dict[str, Any]]) -> None:
-        """One write per batch (one object per batch on an object store)."""
-        if not records:
-            return
-        try:
-            self.dead_letters.write(records)
-        except OSError as write_error:
-            log.error("volume %s: cannot write the dead letters to %s: %s", self.name,
-                      self.dead_letters.location, write_error)
-
-    def _ack(self, batch: _Batch) -> None:
-        handles = batch.handles
-        if batch.released:
-            return
-        if batch.poisoned:
-            sources = [e.source_id for e in batch.poisoned]
-            if all(s in batch.handle_of for s in sources):
-                held = {batch.handle_of[s] for s in sources}
-                handles = [h for h in handles if h not in held]
-            else:  # which message carried the poison is unknown: hold them all
-                held = set(handles)
-                handles = []
-            if held:
-                log.warning("volume %s: leaving %d messages with poison events to the queue's "
-                            "redrive policy", self.name, len(held), extra={"volume": self.name})
+    def _ack(self, batch: Batch) -> None:
+        handles = handles_to_ack(batch, self.name)
         if not handles:
             return
         assert self._watcher is not None

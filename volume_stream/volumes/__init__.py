@@ -4,6 +4,7 @@
     notifications  LocalNotification, SqsNotification, MnsNotification
     backends       scheme → connector lister / reader / listener; normalize_location
     refresh        listing → file events (the diff a refresh commits)
+    batching       group commit: gather, BatchLimits, CommitModel
     watcher        VolumeWatcher: receive → commit → ack
     registry       VolumeRegistry: create, drop, list, describe, refresh, watch
 """

@@ -20,6 +20,7 @@ from typing import Any
 from connectors.events import FileEvent
 from connectors.protocols import Listener, Received
 from directory_table import ApplyResult, DirectoryTable
+from volume_stream.volumes.batching import Batch, BatchLimits, CommitModel, gather
 
 __all__ = ["StepResult", "VolumeWatcher", "WatchMetrics"]
 
@@ -94,12 +95,14 @@ class VolumeWatcher:
     """One receive → apply → ack cycle at a time, for one volume.
 
     `extend_every_s` / `visibility_s`: while a batch is being committed, its messages' visibility
-    is extended every `extend_every_s` seconds by `visibility_s` seconds.
+    is extended every `extend_every_s` seconds by `visibility_s` seconds. `limits`: the group
+    commit caps `step` gathers its batches with (`volume_stream.volumes.batching`).
     """
 
     def __init__(self, table: DirectoryTable, listener: Listener,
                  accept: Callable[[str], bool], refresh: Callable[..., object], *,
-                 extend_every_s: float = 20.0, visibility_s: int = 120):
+                 extend_every_s: float = 20.0, visibility_s: int = 120,
+                 limits: BatchLimits | None = None):
         self.table = table
         self.listener = listener
         self.accept = accept
@@ -107,6 +110,8 @@ class VolumeWatcher:
         self.extend_every_s = extend_every_s
         self.visibility_s = visibility_s
         self.metrics = WatchMetrics()
+        self.limits = limits or BatchLimits()
+        self.model = CommitModel()
 
     # ------------------------------------------------------------------ the steps
     # `step` runs them in order; the daemon's VolumeRunner runs the same steps with its own
@@ -150,27 +155,35 @@ class VolumeWatcher:
         self.listener.close()
 
     def step(self, timeout: float) -> StepResult:
-        """One receive → commit → acknowledge cycle."""
-        received = self.receive(timeout)
+        """One gather → commit → acknowledge cycle: wait up to `timeout` for a first event,
+        then take everything pending, within the group commit caps."""
+        batch = gather(self.receive, poll_s=timeout, limits=self.limits, model=self.model,
+                       accept=self._count)
+        with self.holding(batch.handles):
+            result = self._commit(batch)
+        self.ack(batch.handles)  # only now that the commit (if any) is durable
+        return StepResult(result, idle=batch.empty and self.listener.idle)
+
+    def _count(self, received: Received) -> list[FileEvent]:
         m = self.metrics
         m.received += len(received.events)
         m.malformed += received.malformed
         m.ignored += received.ignored
-        with self.holding(received.handles):
-            result = self._commit(received)
-        self.ack(received.handles)  # only now that the commit (if any) is durable
-        return StepResult(result, idle=received.empty and self.listener.idle)
-
-    def _commit(self, received: Received) -> ApplyResult | None:
-        m = self.metrics
-        if received.needs_refresh:
-            log.warning("listener lost events; running a full refresh")
-            m.count_refresh(self.refresh())
         events = self.accepted(received.events)
         m.filtered += len(received.events) - len(events)
+        return events
+
+    def _commit(self, batch: Batch) -> ApplyResult | None:
+        m = self.metrics
+        if batch.needs_refresh:
+            log.warning("listener lost events; running a full refresh")
+            m.count_refresh(self.refresh())
+        events = batch.events
         result = None
         if events:
+            started = time.perf_counter()
             result = self.commit(events)
+            self.model.observe(len(events), time.perf_counter() - started)
             m.applied += result.changed
             m.ignored += result.ignored + result.unchanged
             if result.version is not None:

@@ -1,0 +1,241 @@
+"""sustain: the daemon keeps up with a sustained event rate by group commit (issue 26).
+
+A feeder thread offers spread overwrites (existing paths drawn at random over the whole table)
+and new files, half and half, in messages of `per_message` events, at a fixed rate to the
+daemon's per-volume loop (`VolumeRunner`, the same object `volume-stream daemon` runs, with
+its metrics) over the in-package `MemoryListener` queue, on a copy of the `scale` template
+(10M rows; `--quick`: 200k). The event→commit latency of each message is its acknowledgement
+time (the runner acknowledges right after the commit that holds it) minus the time it was
+sent; a message still unacknowledged when the run ends (the drain after the feeder stops is
+bounded) counts with its age then, a lower bound.
+
+Lines:
+- `sustain.rate20k`: 20k events/s for 120 s (`--quick`: 20 s). PASS when the daemon keeps up:
+  the backlog when the feeder stops is at most one batch (the largest committed), and the last
+  backlog samples do not grow. Reported against the offered rate (ratio = events committed
+  per second / offered); p50/p99 latency and batch sizes in the line's details.
+- `sustain.rate2k`: 2k events/s for 60 s (`--quick`: 15 s): PASS when the p50 latency is
+  below 2 s (the baseline printed is that 2 s).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks._context import Context
+from benchmarks._data import T0, existing_path
+from benchmarks._report import Figure, count_label
+from benchmarks.scale import link_copy, peak_rss_gib, template
+from connectors.events import FileEvent
+from connectors.memory import MemoryListener
+from directory_table import DEFAULT_BUCKETS
+from volume_stream.config.daemon import DaemonTuning, VolumeConfig
+from volume_stream.daemon.metrics import DaemonMetrics
+from volume_stream.daemon.volume_runner import VolumeRunner
+from volume_stream.volumes.watcher import VolumeWatcher
+
+NAME = "sustain"
+TITLE = "daemon throughput and latency under a sustained event rate (group commit)"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rows: int
+    fast_rate: int
+    fast_s: float
+    slow_rate: int
+    slow_s: float
+    per_message: int
+
+
+FULL = Sizes(rows=10_000_000, fast_rate=20_000, fast_s=120, slow_rate=2_000, slow_s=60,
+             per_message=100)
+QUICK = Sizes(rows=200_000, fast_rate=20_000, fast_s=20, slow_rate=2_000, slow_s=15,
+              per_message=100)
+
+
+class TimedListener(MemoryListener):
+    """A `MemoryListener` that remembers when each message was sent and acknowledged."""
+
+    def __init__(self) -> None:
+        super().__init__("sustain")
+        self.sent_at: dict[str, float] = {}
+        self.acked_at: dict[str, float] = {}
+
+    def send(self, *events: FileEvent, message_id: str | None = None) -> str:
+        now = time.monotonic()
+        mid = super().send(*events, message_id=message_id)
+        self.sent_at[mid] = now
+        return mid
+
+    def ack(self, handles) -> None:
+        super().ack(handles)
+        now = time.monotonic()
+        for h in handles:
+            self.acked_at.setdefault(h, now)
+
+    def pending_events(self, per_message: int) -> int:
+        with self._cond:
+            return len(self._messages) * per_message
+
+
+class SizedWatcher(VolumeWatcher):
+    """A `VolumeWatcher` that remembers the size of each batch it commits."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sizes: list[int] = []
+        self.seconds: list[float] = []
+
+    def commit(self, events):
+        started = time.perf_counter()
+        result = super().commit(events)
+        self.seconds.append(round(time.perf_counter() - started, 3))
+        self.sizes.append(len(events))
+        return result
+
+
+class Feeder(threading.Thread):
+    """Offers `rate` events/s for `seconds`: half overwrites spread over `rows` existing rows,
+    half new files spread over the table's folders."""
+
+    def __init__(self, listener: TimedListener, rows: int, rate: int, seconds: float,
+                 per_message: int, seed: int, tag: str):
+        super().__init__(name=f"sustain-feeder-{tag}", daemon=True)
+        self.listener, self.rows, self.rate, self.seconds = listener, rows, rate, seconds
+        self.per_message, self.rng, self.tag = per_message, random.Random(seed), tag
+        self.sent = 0
+        self.behind_s = 0.0  # how far the feeder itself fell behind its schedule (GIL, load)
+
+    def run(self) -> None:
+        began = time.monotonic()
+        when = T0 + timedelta(days=3)
+        total = int(self.rate * self.seconds)
+        n = 0
+        while self.sent < total:
+            mid = f"{self.tag}-{n}"
+            events = []
+            for _ in range(self.per_message):
+                n += 1
+                if n % 2:
+                    path = existing_path(self.rng.randrange(self.rows))
+                else:
+                    folder = self.rng.randrange(max(1, self.rows // 1000))
+                    path = f"d{folder:04d}/{self.tag}{n:08d}.bin"
+                events.append(FileEvent.created(path, size=n % 1000, etag=f"s{n:x}",
+                                                last_modified_time=when + timedelta(
+                                                    microseconds=n), event_time=when,
+                                                source_id=mid))
+            self.listener.send(*events, message_id=mid)  # already stamped: not copied
+            self.sent += len(events)
+            lag = began + self.sent / self.rate - time.monotonic()
+            if lag > 0:
+                time.sleep(lag)
+            else:
+                self.behind_s = -lag
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_rate(ctx: Context, table_root: Path, rows: int, rate: int, seconds: float,
+             per_message: int, tag: str) -> dict[str, Any]:
+    """One sustained run on a fresh copy of the template; the figures as a dict."""
+    table = link_copy(table_root, ctx.path(f"sustain-{tag}"))
+    listener = TimedListener()
+    watcher = SizedWatcher(table, listener, lambda p: True, lambda **kw: None)
+    stop = threading.Event()
+    metrics = DaemonMetrics()
+    cfg = VolumeConfig(refresh_on_start=False, refresh_interval_s=0, optimize_interval_s=0,
+                       poll_s=0.2, max_wait_s=0.5)
+    runner = VolumeRunner("sustain", cfg, lambda name: watcher, metrics, DaemonTuning(),
+                          ctx.path(f"dlq-{tag}"), stop)
+    runner.start()
+    feeder = Feeder(listener, rows, rate, seconds, per_message, seed=hash(tag) & 0xFFFF, tag=tag)
+    backlog: list[int] = []
+    started = time.monotonic()
+    feeder.start()
+    while feeder.is_alive():
+        feeder.join(1.0)
+        backlog.append(listener.pending_events(per_message))
+    fed_s = time.monotonic() - started
+    at_end = listener.pending_events(per_message)
+    # let it drain (bounded), to measure every message's latency
+    deadline = time.monotonic() + max(60.0, seconds)
+    while listener.pending_events(per_message) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    drained_s = time.monotonic() - started
+    ended = time.monotonic()
+    stop.set()
+    runner.join(900)  # it finishes the batch it holds (a commit of a large table)
+    reg = metrics.registry
+    batches = reg.get_sample_value("volume_stream_batch_events_count", {"volume": "sustain"}) or 0
+    events = reg.get_sample_value("volume_stream_batch_events_sum", {"volume": "sustain"}) or 0
+    commit_s = reg.get_sample_value("volume_stream_commit_seconds_sum", {"volume": "sustain"})
+    sizes = watcher.sizes
+    # a message never acknowledged counts with its age when the run ended: a lower bound
+    latencies = [listener.acked_at.get(m, ended) - sent for m, sent in listener.sent_at.items()]
+    return {"rate": rate, "seconds": seconds, "fed": feeder.sent, "fed_s": round(fed_s, 2),
+            "feeder_behind_s": round(feeder.behind_s, 2), "backlog_at_end": at_end,
+            "backlog_samples": backlog, "drained_s": round(drained_s, 2),
+            "committed_per_s": events / fed_s if fed_s else 0.0,
+            "batches": int(batches), "events": int(events),
+            "mean_commit_s": (commit_s or 0) / batches if batches else None,
+            "batch_p50": _quantile(sizes, 0.5), "batch_max": max(sizes, default=0),
+            "batch_sizes": sizes, "commit_s": watcher.seconds,
+            "latency_p50_s": _quantile(latencies, 0.5), "latency_p99_s": _quantile(latencies, 0.99),
+            "unacked_messages": len(set(listener.sent_at) - set(listener.acked_at)),
+            "model": runner.model.as_dict()}
+
+
+def run(ctx: Context) -> None:
+    sizes = QUICK if ctx.quick else FULL
+    report = ctx.report
+    root = template(ctx, sizes.rows, DEFAULT_BUCKETS)
+    rows = count_label(sizes.rows)
+    fast = run_rate(ctx, root, sizes.rows, sizes.fast_rate, sizes.fast_s, sizes.per_message,
+                    "fast")
+    report.say(f"{fast['rate']:,} events/s for {fast['seconds']:g} s: {fast['fed']:,} offered, "
+               f"{fast['batches']} batches (p50 {fast['batch_p50']:,}, max {fast['batch_max']:,}"
+               f" events; mean commit {fast['mean_commit_s'] or 0:.2f} s), backlog at the end "
+               f"{fast['backlog_at_end']:,}, latency p50 {fast['latency_p50_s']:.2f} s / p99 "
+               f"{fast['latency_p99_s']:.2f} s; backlog max {max(fast['backlog_samples'] or [0]):,}")
+    # a long commit lets the backlog rise and fall: growth means the last third of the run
+    # peaks well above the middle third
+    samples = fast["backlog_samples"]
+    third = len(samples) // 3
+    growing = third > 0 and max(samples[2 * third:]) > 2 * max(samples[third:2 * third]) + \
+        sizes.per_message
+    kept_up = fast["backlog_at_end"] <= max(fast["batch_max"], sizes.per_message) \
+        and not growing
+    report.add(Figure(
+        name="sustain.rate20k",
+        description=f"spread overwrites + new files offered at {fast['rate']:,} events/s for "
+                    f"{fast['seconds']:g} s into {rows} rows (p50/p99 latency "
+                    f"{fast['latency_p50_s']:.2f}/{fast['latency_p99_s']:.2f} s, batches p50 "
+                    f"{fast['batch_p50']:,} max {fast['batch_max']:,})",
+        value=fast["committed_per_s"], unit="events/s", baseline=float(fast["rate"]),
+        baseline_label="offered rate", target="keeps up: backlog at the end <= one batch, "
+        "not growing", passed=kept_up, details=fast))
+    slow = run_rate(ctx, root, sizes.rows, sizes.slow_rate, sizes.slow_s, sizes.per_message,
+                    "slow")
+    report.say(f"{slow['rate']:,} events/s for {slow['seconds']:g} s: {slow['batches']} batches "
+               f"(p50 {slow['batch_p50']:,}, max {slow['batch_max']:,}), latency p50 "
+               f"{slow['latency_p50_s']:.2f} s / p99 {slow['latency_p99_s']:.2f} s")
+    report.add(Figure(
+        name="sustain.rate2k",
+        description=f"p50 event->commit latency at {slow['rate']:,} events/s into {rows} rows "
+                    f"(p99 {slow['latency_p99_s']:.2f} s, batches p50 {slow['batch_p50']:,})",
+        value=slow["latency_p50_s"], unit="s", baseline=2.0, baseline_label="target 2 s",
+        target="p50 < 2 s", passed=slow["latency_p50_s"] < 2.0, details=slow))
+    report.note("peak_rss_gib", peak_rss_gib(), f"peak RSS of this run {peak_rss_gib():.2f} GiB")
