@@ -10,7 +10,7 @@ with 16 buckets is bulk-written and three kinds of batch are timed on a copy:
   next to its copy-on-write floor (plain pyarrow reading and writing the same files).
 
 Every figure is INFO: seconds per batch at that file size, against the same batch at the
-default size (2k rows) in the same run. `docs/DESIGN.md` §4.6 records what the figures led to.
+default size (2k rows) in the same run. `docs/DESIGN.md` §4.7 records what the figures led to.
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def test_truncated_max_statistics_still_bracket_longer_paths():
 
 
 def test_folder_batches_rewrite_only_the_files_holding_their_paths(tmp_path):
-    """Path locality (DESIGN §4.6): the hash scatters a folder over the buckets, but inside a
+    """Path locality (DESIGN §4.7): the hash scatters a folder over the buckets, but inside a
     bucket its paths are one run of rows, so overwriting a whole folder, or adding a new one,
     rewrites about one file per bucket, whatever the table's size."""
     import json
