@@ -353,11 +353,7 @@ def _task_manifest(plan: TaskPlan, index: int, fn: Any) -> list[dict[str, Any]]:
     errors = _DataFile(plan.errors_uri, ERROR_SCHEMA, prefix, plan.storage_options)
     ok = failed = 0
     try:
-        for rec in plan.share(index).to_pylist():
-            record = _record(rec, plan)
-            rows, exc, attempts = apply_udf(fn, record, plan.udf_schema,
-                                            max_attempts=plan.max_attempts,
-                                            retry_backoff_s=plan.retry_backoff_s)
+        for record, rows, exc, attempts in _applied(plan, index, fn):
             if exc is None:
                 ok += 1
                 results.add(_with_meta(rows, record, schema))
@@ -373,6 +369,15 @@ def _task_manifest(plan: TaskPlan, index: int, fn: Any) -> list[dict[str, Any]]:
     manifest.append({"kind": "counts", "path": None, "size": 0, "num_rows": 0, "stats": None,
                      "ok": ok, "failed": failed})
     return manifest
+
+
+def _applied(plan: TaskPlan, index: int, fn: Any) -> Iterator[tuple[FileRecord, Any, Any, int]]:
+    """Each record of task `index`'s share with what the UDF made of it: (record, rows, the
+    exception of its last attempt or None, attempts)."""
+    for rec in plan.share(index).to_pylist():
+        record = _record(rec, plan)
+        yield (record, *apply_udf(fn, record, plan.udf_schema, max_attempts=plan.max_attempts,
+                                  retry_backoff_s=plan.retry_backoff_s))
 
 
 def _record(rec: dict[str, Any], plan: TaskPlan) -> FileRecord:
@@ -400,11 +405,7 @@ def run_rows(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
     fn = getattr(udf, "fn", udf)
     schema, out = result_schema(plan.udf_schema), rows_schema(plan.udf_schema)
     targets, errors, ok, failed = [], [], 0, 0
-    for rec in plan.share(index).to_pylist():
-        record = _record(rec, plan)
-        rows, exc, attempts = apply_udf(fn, record, plan.udf_schema,
-                                        max_attempts=plan.max_attempts,
-                                        retry_backoff_s=plan.retry_backoff_s)
+    for record, rows, exc, attempts in _applied(plan, index, fn):
         if exc is None:
             ok += 1
             targets.append(_with_meta(rows, record, schema))
