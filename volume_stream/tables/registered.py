@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -107,6 +108,14 @@ def register(tables: Location, name: str, location: str | os.PathLike, *,
     try:
         dt = DeltaTable(where.uri, storage_options=where.delta_options())
     except (TableNotFoundError, DeltaError, OSError) as exc:
+        feature = re.search(r"[Ff]eatures?:? '?([A-Za-z][\w-]*)'? (is|are) not supported",
+                            str(exc))
+        if feature:  # delta-rs cannot even open the log (its versions, schema, history)
+            who = "delta-rs cannot open its log" if feature[1] in SPARK_FEATURES \
+                else "neither delta-rs nor Delta Lake's Spark connector here can read it"
+            raise InvalidInputError(f"table {name!r}: the Delta table at {where.uri} needs "
+                                    f"reader feature {feature[1]}, and {who}; nothing was "
+                                    f"registered") from exc
         raise InvalidInputError(f"table {name!r}: location {where.uri} is not a Delta table "
                                 f"(no readable _delta_log): {str(exc).splitlines()[0][:200]}; "
                                 f"nothing was registered") from exc
