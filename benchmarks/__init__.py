@@ -19,6 +19,8 @@ summary goes to `.bench/results.json`.
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
                  a 1k-file pipeline on local-cluster[2,1,1024] vs local[2]
     inventory    backfill of 50k keys from a Parquet S3 Inventory report vs listing (moto)
+    interop      1k changes read vs Delta Spark's readChangeFeed at 10M rows; a 10-event
+                 commit vs a Spark Delta MERGE of the same rows
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -32,6 +34,7 @@ from benchmarks import (
     bench_sqs,
     cli,
     discovery,
+    interop,
     inventory,
     scale,
     shards,
@@ -43,6 +46,6 @@ from benchmarks import (
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, stream_read, shards, discovery, bench_latency,
                                        backfill, bench_sqs, bench_pipeline, tables, cli, warehouse,
-                                       inventory)}
+                                       inventory, interop)}
 
 __all__ = ["BENCHMARKS"]

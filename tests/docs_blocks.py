@@ -90,6 +90,7 @@ KINDS = {
     # docs/spark-delta.md
     "spark_delta": 'files = spark.read.format("delta").load(cat.table_path(volume="landing"))',
     "spark_delta_table": "cat.sql(\"CREATE TABLE orders (id INT, item VARCHAR)\")",
+    "spark_delta_register": 'cat.register_table("people", lake, key="id")',
 }
 
 #: blocks another test file runs as printed
@@ -101,6 +102,7 @@ ELSEWHERE = {
     # the page's blocks run in order, their printed lines checked, with Delta's connector
     "spark_delta": "tests/interop/test_docs.py",
     "spark_delta_table": "tests/interop/test_docs.py",
+    "spark_delta_register": "tests/interop/test_docs.py",
 }
 
 #: blocks that cannot run here, and why
