@@ -1,7 +1,7 @@
 """Every Python block of docs/spark-delta.md runs as printed, in order, in one namespace, in a
 temp folder, on the session's Delta-enabled Spark; each run of full-line comments after a line
 that prints (`.show(` or `print(`) must be lines of what the block printed. (They are the
-"spark_delta" and "spark_delta_table" blocks of tests/docs_blocks.py.)"""
+"spark_delta", "spark_delta_table" and "spark_delta_register" blocks of tests/docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _expected(block: str) -> list[str]:
 
 
 def test_the_page_runs_as_printed(delta_spark, tmp_path, monkeypatch):
-    assert len(BLOCKS) >= 2
+    assert len(BLOCKS) >= 3
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in BLOCKS:
