@@ -43,7 +43,7 @@ class Sizes:
     repeats: int
 
 
-FULL = Sizes(rows=10_000_000, changes=1_000, commits=4, repeats=9)
+FULL = Sizes(rows=10_000_000, changes=1_000, commits=4, repeats=5)
 QUICK = Sizes(rows=200_000, changes=1_000, commits=4, repeats=3)
 
 
