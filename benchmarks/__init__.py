@@ -23,6 +23,8 @@ summary goes to `.bench/results.json`.
     inventory    backfill of 50k keys from a Parquet S3 Inventory report vs listing (moto)
     status       the status page at 100 volumes / 1k streams in Chromium (< 1 s); the CPU it
                  adds to a busy daemon (< 5%)
+    interop      1k changes read vs Delta Spark's readChangeFeed at 10M rows; a 10-event
+                 commit vs a Spark Delta MERGE of the same rows
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -37,6 +39,7 @@ from benchmarks import (
     cli,
     discovery,
     filesize,
+    interop,
     inventory,
     scale,
     shards,
@@ -50,6 +53,6 @@ from benchmarks import (
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery,
                                   bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
-                                  warehouse, inventory, filesize, status)}
+                                  warehouse, inventory, filesize, status, interop)}
 
 __all__ = ["BENCHMARKS"]

@@ -92,6 +92,7 @@ KINDS = {
     "spark_delta_table": "cat.sql(\"CREATE TABLE orders (id INT, item VARCHAR)\")",
     "spark_delta_tools": 'spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS").collect()',
     "spark_delta_target": 'cat.pipeline("for_spark", first_line, "first_lines", format="delta")',
+    "spark_delta_register": 'cat.register_table("people", lake, key="id")',
 }
 
 #: blocks another test file runs as printed
@@ -105,6 +106,7 @@ ELSEWHERE = {
     "spark_delta_table": "tests/interop/test_docs.py",
     "spark_delta_tools": "tests/interop/test_docs.py",
     "spark_delta_target": "tests/interop/test_docs.py",
+    "spark_delta_register": "tests/interop/test_docs.py",
 }
 
 #: blocks that cannot run here, and why

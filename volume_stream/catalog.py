@@ -39,6 +39,7 @@ from volume_stream.shards.log import disable_change_log, enable_change_log
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
 from volume_stream.tables import TableStore
+from volume_stream.tables.registered import register
 from volume_stream.volumes.registry import RefreshMetrics, VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
@@ -255,6 +256,22 @@ class Catalog:
             self.tables.open(name)  # NotFoundError (naming the tables there) if none
             path = self.tables.path(name)
         return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+
+    def register_table(self, name: str, location: str | os.PathLike, *,
+                       key: str | list[str] | None = None, replace: bool = False,
+                       if_not_exists: bool = False) -> bool:
+        """Adopt the Delta table at `location` (written by Spark, outside the warehouse, with
+        its change data feed on) as table `name`, for SELECT and Table Streams; `key`: the
+        column(s) a STANDARD stream pairs old and new rows by. volume-stream never writes it;
+        `DROP TABLE name` unregisters it and leaves its files as they are
+        (docs/spark-delta.md). Returns False if it existed and `if_not_exists`.
+
+        Example:
+            >>> cat.register_table("orders", "s3://lake/orders", key="id")
+            >>> cat.create_stream("order_changes", on_table="orders")
+        """
+        return register(self.tables.location, name, location, key=key, replace=replace,
+                        if_not_exists=if_not_exists)
 
     def read_directory(self, volume: str, *, version: int | None = None) -> DataFrame:
         """The directory table at its latest (or a given) version, public columns only."""

@@ -1,8 +1,8 @@
 """Every Python block of docs/spark-delta.md runs as printed, in order, in one namespace, in a
 temp folder, on the session's Delta-enabled Spark; each run of full-line comments after a line
 that prints (`.show(` or `print(`) must be lines of what the block printed. (They are the
-"spark_delta", "spark_delta_table", "spark_delta_tools" and "spark_delta_target" blocks of
-tests/docs_blocks.py.)"""
+"spark_delta", "spark_delta_table", "spark_delta_tools", "spark_delta_target" and
+"spark_delta_register" blocks of tests/docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _expected(block: str) -> list[str]:
 
 
 def test_the_page_runs_as_printed(delta_spark, tmp_path, monkeypatch):
-    assert len(BLOCKS) >= 4
+    assert len(BLOCKS) >= 5
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     try:

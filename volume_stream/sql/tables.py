@@ -81,7 +81,7 @@ def _view(catalog, store: TableStore, name: str) -> Any:
     stream reader does (Spark has no hadoop-aws to read s3:// itself)."""
     spark = catalog.spark
     schema = store.schema(name)
-    if not store.location.is_local:
+    if not store.location.is_local or store.registration(name):
         return spark.createDataFrame(store.snapshot(name))
     files = store.file_uris(name)
     if not files:
@@ -164,11 +164,22 @@ def _create(catalog, statement: Statement, tree: exp.Create, udfs: set[str]) -> 
     if exists and not replace:
         raise SqlError(f"table {stored!r} already exists (line {statement.line}); use CREATE "
                        f"OR REPLACE TABLE or IF NOT EXISTS", statement.line, statement.column)
-    comment = None
+    comment, location, key = None, None, None
     for prop in (tree.args.get("properties") or exp.Properties()).expressions:
         if isinstance(prop, exp.SchemaCommentProperty):
             comment = prop.this.name
+        elif isinstance(prop, exp.LocationProperty):
+            location = prop.this.name
+        elif isinstance(prop, exp.Property) and prop.name.lower() == "key":
+            key = [k.strip() for k in prop.args["value"].name.split(",") if k.strip()]
     source = tree.args.get("expression")
+    if location is not None:  # a user's Delta table, adopted (tables.registered)
+        if source is not None or isinstance(tree.this, exp.Schema):
+            raise InvalidInputError(f"CREATE TABLE {name} LOCATION '...' adopts an existing "
+                                    f"Delta table: give no columns and no AS SELECT")
+        catalog.register_table(stored, location, key=key, replace=replace)
+        return _result(statement, "CREATE TABLE", f"registered table {stored} at "
+                                                  f"{store.path(stored)} (read only)")
     if source is None:
         columns, key = _columns(tree.this)
         store.create(stored, columns, comment=comment, replace=replace, key=key)

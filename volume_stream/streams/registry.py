@@ -42,6 +42,7 @@ class StreamRegistry:
         self.volumes = volumes
         self.warehouse = volumes.warehouse
         self.tables = TableStore.of_warehouse(self.warehouse)
+        self.tables.spark = volumes._spark  # reads registered tables delta-rs cannot
         # one open directory table per volume for reads: it brings its Delta handle up to
         # date only when a newer commit exists (opening one costs a log replay per read)
         self._readers: dict[tuple[str, str, str], DirectoryTable] = {}

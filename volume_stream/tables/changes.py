@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from volume_stream.tables.store import ROW_ID, ROW_VERSION
 from volume_stream.tables.types import TS
 
-__all__ = ["META", "append_only", "initial", "record_schema", "standard"]
+__all__ = ["META", "append_only", "initial", "keyed", "record_schema", "standard"]
 
 META = ("__change_type", "__commit_version", "__commit_timestamp")
 _OLD = pa.array(["update_preimage", "delete"])
@@ -114,3 +114,16 @@ def initial(snapshot: pa.Table, columns: pa.Schema, times: dict[int, datetime]) 
     """A snapshot (with its hidden columns) shown as INSERTs with the version of each image."""
     keys = snapshot[ROW_ID] if ROW_ID in snapshot.column_names else None
     return _sorted(_records(snapshot, "INSERT", columns, times, ROW_VERSION), keys)
+
+
+def keyed(cdf: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    """A change feed of a table without row ids (a registered one) given row identity by its
+    key: one `_vs_row_id` per distinct key value, and every image dated by the change that
+    shows it (`_vs_row_version` = `_commit_version`: Delta records no version that wrote a row
+    of a table it did not write, so an old image carries the version that replaced it)."""
+    text = [pc.fill_null(pc.cast(cdf[k], pa.string()), "\x00") for k in key]
+    joined = text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f")
+    ids = pc.rank(joined.combine_chunks(), sort_keys="ascending",
+                  tiebreaker="dense").cast(pa.int64())  # ordered by key, so output is stable
+    versions = cdf["_commit_version"].cast(pa.int64())
+    return cdf.append_column(ROW_ID, ids).append_column(ROW_VERSION, versions)

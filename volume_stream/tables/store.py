@@ -48,6 +48,11 @@ from volume_stream.errors import (
     VolumeStreamError,
     storage_full,
 )
+from volume_stream.tables import registered
+from volume_stream.tables._util import first_line as _first_line
+from volume_stream.tables._util import integers as _integers
+from volume_stream.tables._util import plain as _plain
+from volume_stream.tables._util import quote as _quote
 from volume_stream.tables.expressions import deep_stack, to_delta, to_delta_predicate
 from volume_stream.tables.keys import KEY_PROPERTY, check_key, key_columns, parse_key
 from volume_stream.tables.readable import check_readable, readable
@@ -87,19 +92,6 @@ class MergeClause:
     assignments: dict[str, Any] | None = None
 
 
-def _integers(schema: pa.Schema) -> set[str]:
-    return {f.name.lower() for f in schema if pa.types.is_integer(f.type)}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 class TableStore:
     """The tables of one warehouse: the Delta tables under `root` (a local folder, a URI such
     as `s3://bucket/wh/tables` with `storage_options`, or a `Location`)."""
@@ -110,6 +102,8 @@ class TableStore:
             root, storage_options)
         #: the tables' folder: an absolute local path or `scheme://bucket/prefix`
         self.root = self.location.uri
+        #: returns the Spark session that reads registered tables delta-rs cannot (or None)
+        self.spark: Callable[[], Any] | None = None
 
     @classmethod
     def of_warehouse(cls, warehouse: Any) -> TableStore:
@@ -123,7 +117,16 @@ class TableStore:
 
     # ------------------------------------------------------------------ lookups
     def path(self, name: str) -> str:
-        return self.location.join(check_name(TABLE, name))
+        """Where the table's Delta files are: `tables/<name>`, or a registered table's location."""
+        found = self.registration(name)
+        return found["location"] if found else self.location.join(name)
+
+    def registration(self, name: str) -> dict[str, Any] | None:
+        """The pointer of a table registered from outside the warehouse (`tables.registered`)."""
+        try:
+            return registered.pointer(self.location, name)
+        except OSError as exc:
+            raise storage_error(self.root, exc, f"read table {name!r}") from exc
 
     def _children(self, relative: str = "") -> list[str]:
         try:
@@ -135,14 +138,18 @@ class TableStore:
         return sorted(n for n in self._children() if self.exists(n))
 
     def exists(self, name: str) -> bool:
-        return bool(self._children(f"{check_name(TABLE, name)}/_delta_log"))
+        return bool(self._children(f"{check_name(TABLE, name)}/_delta_log")) \
+            or self.registration(name) is not None
 
     def occupied(self, name: str) -> bool:
         """Whether anything (a table, or a folder that is not one) is stored under `name`."""
         return bool(self._children(check_name(TABLE, name)))
 
-    def open(self, name: str) -> DeltaTable:
-        """The Delta table `name`; NotFoundError lists the tables that exist."""
+    def open(self, name: str, *, writing: bool = False) -> DeltaTable:
+        """The Delta table `name`; NotFoundError lists the tables that exist. `writing`:
+        refuse a registered table (the warehouse never writes its users' tables)."""
+        if writing and self.registration(name) is not None:
+            raise registered.refuse_write(name, self.path(name))
         if not self.exists(name):
             if self.occupied(name):
                 raise InvalidInputError(f"table {name!r}: {self.path(name)} is not a Delta "
@@ -165,7 +172,7 @@ class TableStore:
 
     def _layout(self, name: str) -> tuple[DeltaTable, pa.Schema, bool]:
         """One load of the table: (table, visible schema, has row ids)."""
-        dt = self.open(name)
+        dt = self.open(name, writing=True)
         full = self.full_schema(dt)
         return dt, pa.schema([f for f in full if f.name not in HIDDEN]), ROW_ID in full.names
 
@@ -179,7 +186,11 @@ class TableStore:
         return self.open(name).metadata().id
 
     def key(self, name: str) -> tuple[str, ...]:
-        """The table's declared key columns (`tables.keys`); () when it has none."""
+        """The table's declared key columns (`tables.keys`, or given when it was registered);
+        () when it has none."""
+        found = self.registration(name)
+        if found and found.get("key"):
+            return tuple(found["key"])
         return parse_key(self.open(name).metadata().configuration.get(KEY_PROPERTY))
 
     def change_tracking(self, name: str) -> bool:
@@ -235,6 +246,8 @@ class TableStore:
         return True
 
     def drop(self, name: str, *, if_exists: bool = False) -> bool:
+        """Delete `tables/<name>`: a warehouse table's files, or a registered table's pointer
+        only (the user's table at its location is never touched: unregistered, not deleted)."""
         if not self.occupied(name):
             if if_exists:
                 return False
@@ -245,7 +258,7 @@ class TableStore:
     def set_properties(self, name: str, properties: dict[str, str]) -> int:
         """ALTER TABLE ... SET PROPERTIES: 'change_tracking' = 'true' turns on the change data
         feed; other keys are Delta table properties. Returns the new version."""
-        dt = self.open(name)
+        dt = self.open(name, writing=True)
         conf = {}
         for key, value in properties.items():
             key = _PROPERTIES.get(key.lower(), key)
@@ -266,10 +279,14 @@ class TableStore:
     def snapshot(self, name: str, version: int | None = None, *,
                  hidden: bool = False) -> pa.Table:
         dt = self.open(name)
-        if version is not None:
-            dt.load_as_version(version)
-        with readable(name, self.path(name), dt):
-            table = dt.to_pyarrow_dataset().to_table(use_threads=False)
+        if registered.needs_spark(dt):
+            table = registered.spark_snapshot(self.spark and self.spark(), name, self.path(name),
+                                              version)
+        else:
+            if version is not None:
+                dt.load_as_version(version)
+            with readable(name, self.path(name), dt):
+                table = dt.to_pyarrow_dataset().to_table(use_threads=False)
         if not hidden:
             table = table.select([c for c in table.column_names if c not in HIDDEN])
         return _plain(table)
@@ -290,10 +307,14 @@ class TableStore:
                                     "_change_type": pa.array([], pa.string()),
                                     "_commit_version": pa.array([], pa.int64())}))
         try:
-            with readable(name, self.path(name), dt, after=after, up_to=up_to,
-                          storage_options=self.storage_options):
-                reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to)
-                table = pa.RecordBatchReader.from_stream(reader).read_all()
+            if registered.needs_spark(dt):  # deletion vectors, column mapping: Delta Spark reads
+                table = registered.spark_changes(self.spark and self.spark(), name,
+                                                 self.path(name), after, up_to)
+            else:
+                with readable(name, self.path(name), dt, after=after, up_to=up_to,
+                              storage_options=self.storage_options):
+                    reader = dt.load_cdf(starting_version=after + 1, ending_version=up_to)
+                    table = pa.RecordBatchReader.from_stream(reader).read_all()
         except DeltaError as exc:
             raise InvalidInputError(f"table {name!r}: no change data for versions "
                                     f"{after + 1}..{up_to} (is change_tracking on?): {exc}"
@@ -309,7 +330,10 @@ class TableStore:
                 for h in self.open(name).history()}
 
     def oldest_version(self, name: str) -> int:
-        versions = [int(n.split(".")[0]) for n in self._children(f"{name}/_delta_log")
+        found = self.registration(name)
+        log = Location.parse(found["location"], self.location.storage_options).children(
+            "_delta_log") if found else self._children(f"{name}/_delta_log")
+        versions = [int(n.split(".")[0]) for n in log
                     if n.endswith(".json") and n.split(".")[0].isdigit()]
         return min(versions) if versions else 0
 
@@ -321,7 +345,7 @@ class TableStore:
         return max(found) if found else None
 
     def apply_retention(self, name: str, retention_days: float) -> dict[str, Any]:
-        dt = self.open(name)
+        dt = self.open(name, writing=True)
         dt.create_checkpoint()
         removed = dt.cleanup_metadata()
         vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
@@ -469,18 +493,3 @@ class TableStore:
             raise InvalidInputError(f"table {name!r} has no column {col!r} (columns: "
                                     f"{', '.join(cols)})")
         return stored
-
-
-def _plain(table: pa.Table) -> pa.Table:
-    """delta-rs hands out view types (string_view, binary_view): normalise to plain ones."""
-    fields = []
-    for f in table.schema:
-        t = f.type
-        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
-            t = pa.string()
-        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
-            t = pa.binary()
-        fields.append(pa.field(f.name, t, metadata=f.metadata))
-    schema = pa.schema(fields)
-    return table if schema.equals(table.schema) else table.cast(schema)
-

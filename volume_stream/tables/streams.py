@@ -17,7 +17,7 @@ import pyarrow as pa
 from directory_table.kept import VersionsGone
 from volume_stream.errors import InvalidInputError, NotFoundError, StaleStreamError
 from volume_stream.tables import changes as tch
-from volume_stream.tables.store import ROW_ID, TableStore
+from volume_stream.tables.store import ROW_ID, ROW_VERSION, TableStore
 
 __all__ = ["MODES", "new_spec", "records_between", "check_table"]
 
@@ -36,10 +36,12 @@ def new_spec(store: TableStore, name: str, table: str, *, mode: str = "STANDARD"
         raise InvalidInputError(
             f"table {table!r} does not have change tracking on; run ALTER TABLE {table} SET "
             f"PROPERTIES ('change_tracking' = 'true') before creating stream {name!r}")
-    if mode == "STANDARD" and not store.has_row_ids(table):
+    if mode == "STANDARD" and not store.has_row_ids(table) and not store.key(table):
         raise InvalidInputError(
-            f"table {table!r} was not created by volume-stream (no row ids), so a STANDARD "
-            f"stream cannot pair its old and new rows; use TABLE_STREAM_MODE = 'APPEND_ONLY'")
+            f"table {table!r} was not created by volume-stream (no row ids) and has no key, so "
+            f"a STANDARD stream cannot pair its old and new rows; register it with a key "
+            f"(register_table(..., key='id'), or TBLPROPERTIES ('key' = 'id')) or use "
+            f"TABLE_STREAM_MODE = 'APPEND_ONLY'")
     if at_timestamp is not None:
         when = datetime.fromisoformat(at_timestamp) if isinstance(at_timestamp, str) \
             else at_timestamp
@@ -53,7 +55,9 @@ def new_spec(store: TableStore, name: str, table: str, *, mode: str = "STANDARD"
                                     f"kept version {store.oldest_version(table)}")
     else:
         offset = store.version(table)
+    key = list(store.key(table)) if not store.has_row_ids(table) else []
     return {"name": name, "table": table, "table_id": store.table_id(table), "mode": mode,
+            **({"key": key} if key else {}),
             "show_initial_rows": bool(show_initial_rows),
             "initial_pending": bool(show_initial_rows), "offset": offset, "batch_id": 0,
             "created_at": datetime.now(UTC).isoformat(),
@@ -89,12 +93,18 @@ def _records_between(store: TableStore, spec: dict[str, Any], a: int, b: int) ->
     columns = store.schema(table)
     times = store.timestamps(table)
     if spec["initial_pending"]:
+        at = b if spec["mode"] == "STANDARD" else a
+        snapshot = store.snapshot(table, at, hidden=True)
+        if ROW_VERSION not in snapshot.column_names:  # a registered table: dated by the snapshot
+            snapshot = snapshot.append_column(ROW_VERSION, pa.array([at] * snapshot.num_rows,
+                                                                    pa.int64()))
         if spec["mode"] == "STANDARD":
-            return tch.initial(store.snapshot(table, b, hidden=True), columns, times)
-        return pa.concat_tables([
-            tch.initial(store.snapshot(table, a, hidden=True), columns, times),
-            tch.append_only(store.changes(table, a, b), columns, times)])
+            return tch.initial(snapshot, columns, times)
+        return pa.concat_tables([tch.initial(snapshot, columns, times),
+                                 tch.append_only(store.changes(table, a, b), columns, times)])
     cdf = store.changes(table, a, b)
+    if spec["mode"] == "STANDARD" and ROW_ID not in cdf.column_names and spec.get("key"):
+        cdf = tch.keyed(cdf, tuple(spec["key"]))
     if spec["mode"] == "STANDARD" and ROW_ID in cdf.column_names:
         return tch.standard(cdf, columns, times)
     return tch.append_only(cdf, columns, times)
