@@ -104,6 +104,26 @@ def test_gather_takes_everything_pending_up_to_the_memory_cap():
         assert modelled.closed_by == "cap" and len(modelled.events) == 500
 
 
+def test_gather_closes_when_the_queue_gives_back_what_the_batch_holds():
+    """A queue whose visibility timeout is shorter than the batch hands the same messages out
+    again: nothing new, so the batch commits (waiting on would only count more receives of
+    them towards their redrive limit: found with SQS VisibilityTimeout=0, where the message
+    went to the dead-letter queue after being received maxReceiveCount times)."""
+    with MemoryListener() as listener:
+        listener.send(created(1), created(2))
+        calls = []
+
+        def receive_again(timeout):
+            got = listener.receive(timeout)
+            calls.append(len(got.events))
+            listener.extend(got.handles, 0)         # visible again at once
+            return got
+
+        batch = gather(receive_again, poll_s=1, limits=BatchLimits(max_wait_s=60))
+        assert batch.closed_by == "quiet" and calls == [2, 2]
+        assert {e.relative_path for e in batch.events} == {"f/000001.txt", "f/000002.txt"}
+
+
 def test_watch_step_batches_grow_with_the_load(tmp_path):
     """`VolumeWatcher.step`, as `Catalog.watch` runs it, over a real directory table: a trickle
     commits events one by one, a flood in batches of hundreds; every event lands once."""

@@ -131,13 +131,17 @@ class Batch:
     poisoned: list[FileEvent] = field(default_factory=list)  # dead-lettered events
     #: event source_id -> message handle, when the listener says (`Received.source_handles`)
     handle_of: dict[str, Any] = field(default_factory=dict)
+    _held: set[FileEvent] = field(default_factory=set, repr=False)
 
     @property
     def empty(self) -> bool:
         return not (self.events or self.handles or self.needs_refresh)
 
-    def add(self, received: Received, accepted: list[FileEvent]) -> None:
-        """Take one receive's accepted events and its handles."""
+    def add(self, received: Received, accepted: list[FileEvent]) -> int:
+        """Take one receive's accepted events and its handles; how many of the events the
+        batch did not hold yet (a message received again carries the same events)."""
+        fresh = [e for e in accepted if e not in self._held]
+        self._held.update(fresh)
         info = received.info or {}
         handle_of = received.source_handles or info.get("handle_of_source")
         if handle_of:
@@ -148,6 +152,7 @@ class Batch:
         self.bytes += sum(event_bytes(e) for e in accepted)
         self.handles.extend(received.handles)
         self.needs_refresh |= bool(received.needs_refresh)
+        return len(fresh)
 
 
 def gather(receive: Callable[[float], Received], *, poll_s: float, limits: BatchLimits,
@@ -185,14 +190,18 @@ def gather(receive: Callable[[float], Received], *, poll_s: float, limits: Batch
             on_error(exc, batch)
             batch.closed_by = "error"
             return batch
-        batch.add(received, accept(received))
+        accepted = accept(received)
+        fresh = batch.add(received, accepted)
         if deadline is None:
             if batch.empty:
                 batch.closed_by = "idle"
                 return batch
             deadline = clock() + limits.max_wait_s
-        elif received.empty and not received.ignored:
-            batch.closed_by = "quiet"  # commit what we hold now
+        elif (received.empty and not received.ignored) or (accepted and not fresh):
+            # nothing new: commit what we hold now (events only received again mean the
+            # queue's visibility timeout is shorter than the batch: waiting on would only
+            # count more receives of those messages towards their redrive limit)
+            batch.closed_by = "quiet"
             return batch
         if (cap is not None and len(batch.events) >= cap) \
                 or batch.bytes >= limits.max_batch_bytes:
