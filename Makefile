@@ -28,9 +28,10 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 # the fast suite: everything but the real-process scenarios (`slow`: each starts its own Spark
-# JVMs, SIGKILLs daemons 20 times, runs a local cluster) and the long random runs (`soak`)
+# JVMs, SIGKILLs daemons 20 times, runs a local cluster) and the long random runs (`soak`), on
+# two workers (pytest-xdist; a file's tests stay on one worker, each worker has its own Spark)
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not soak and not slow"
+	$(PY) -m pytest -q -m "not soak and not slow" -n 2 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
 # 20 times, pipeline crashes, the Structured Streaming source's restarts), hundreds of random

@@ -11,6 +11,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from tests.docs_blocks import block, sandbox, shell, shell_env, start_shell, stop_shell
 from tests.s3_warehouse_fixtures import free_port
 
@@ -24,6 +26,7 @@ def test_readme_shell_blocks_run_as_printed(tmp_path):
         assert said in out, out
 
 
+@pytest.mark.slow  # the pipelines page runs Spark jobs one after another (~2 min): make soak
 def test_pipeline_page_shell_blocks_run_as_printed(tmp_path):
     """The recipes on their own, then the demo kept in /tmp/vs-demo (here: the sandbox's
     vs-demo) with the recipes on its volume, then the page's spec run by `volume-stream run`

@@ -163,6 +163,7 @@ def test_recipe_scripts_run_self_contained(spark, tmp_path, monkeypatch, capsys,
         assert needle in out, out
 
 
+@pytest.mark.slow  # a recipe's full run in a real process: make soak
 def test_a_recipe_leaves_no_sample_folder_behind(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     script = str(EXAMPLES / "log_ingestion.py")

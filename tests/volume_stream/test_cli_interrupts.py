@@ -135,6 +135,7 @@ def test_ctrl_c_during_a_query_prints_one_line(tmp_path, slow):
     assert stderr.strip() == "interrupted", stderr
 
 
+@pytest.mark.slow  # a CLI process with its own Spark JVM, interrupted: make soak
 def test_ctrl_c_during_a_write_says_the_offset_is_unchanged(tmp_path, slow):
     before = vs.connect(slow).describe_stream("s")
     code, stdout, stderr = interrupt_when_started(
@@ -146,6 +147,7 @@ def test_ctrl_c_during_a_write_says_the_offset_is_unchanged(tmp_path, slow):
     assert (after["offset"], after["batch_id"]) == (before["offset"], before["batch_id"])
 
 
+@pytest.mark.slow  # a CLI process with its own Spark JVM, interrupted: make soak
 def test_ctrl_c_during_a_pipeline_run_prints_one_line(tmp_path, slow):
     (tmp_path / "udf.py").write_text(
         "import os, time\nimport volume_stream as vs\n\n@vs.file_udf('n long')\n"

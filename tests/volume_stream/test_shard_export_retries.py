@@ -79,6 +79,7 @@ def test_export_outlives_transient_faults_exactly(s3_env, s3_volume, tmp_path):
     assert rows_of(tmp_path / "faulty") == rows_of(tmp_path / "clean")
 
 
+@pytest.mark.slow  # exports through the fault proxy in real CLI processes: make soak
 def test_persisting_faults_without_retries_fail_naming_the_range(s3_env, s3_volume, tmp_path):
     uri, cat, end = s3_volume
     with FaultyProxyProcess(s3_env, rate=1.0, faults=FAULTS, seed=1, paused=True) as proxy:
@@ -110,6 +111,7 @@ def export_cli(uri: str, proxy: FaultyProxyProcess, out: Path, end: int, retries
         capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow  # exports through the fault proxy in real CLI processes: make soak
 def test_the_cli_retries_then_a_failed_run_resumes_without_loss_or_duplicates(
         s3_env, s3_bucket, tmp_path, ev):
     """Issue 25 item 3: `--max-retries N` outlives injected 500/503s; a run with

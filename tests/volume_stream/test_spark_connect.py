@@ -126,6 +126,7 @@ def test_ctas_moves_the_offset_and_udfs_are_shipped(server):
         {"relative_path": "a.txt", "l": "A.TXT!"}, {"relative_path": "b.txt", "l": "B.TXT!"}]
 
 
+@pytest.mark.slow  # both front doors, statement by statement, each a Spark round trip (~2 min): make soak
 def test_remote_and_local_behave_alike_for_warehouse_tables_and_errors(server):
     """Issue 24 item 2: over --remote an error was a 141-line JVM trace (PySpark logs it as
     JSON first), and a warehouse table made by CTAS was TABLE_OR_VIEW_NOT_FOUND to a later

@@ -121,6 +121,7 @@ def test_the_pipeline_recognises_each_new_or_replaced_image_once(catalog, db, tm
         ("tomato.png", "UPDATE_AFTER", 2)]
 
 
+@pytest.mark.slow  # a second process with its own Spark JVM: make soak
 def test_the_script_runs_again_in_a_new_process(tmp_path):
     """Its header says to run it from cron: a second run, in a new process, leaves the
     connection and the volume as they are and consumes nothing twice."""
