@@ -279,7 +279,7 @@ class TableStore:
     def snapshot(self, name: str, version: int | None = None, *,
                  hidden: bool = False) -> pa.Table:
         dt = self.open(name)
-        if registered.needs_spark(dt):
+        if self._read_by_spark(name, dt):
             table = registered.spark_snapshot(self.spark and self.spark(), name, self.path(name),
                                               version)
         else:
@@ -290,6 +290,11 @@ class TableStore:
         if not hidden:
             table = table.select([c for c in table.column_names if c not in HIDDEN])
         return _plain(table)
+
+    def _read_by_spark(self, name: str, dt: DeltaTable) -> bool:
+        """A registered table with reader features delta-rs cannot read is read by Delta Spark;
+        a warehouse table another engine upgraded to them is refused (`readable`)."""
+        return bool(registered.needs_spark(dt)) and self.registration(name) is not None
 
     def file_uris(self, name: str) -> list[str]:
         """The data files of the latest version, which hold its rows as they are (a table
@@ -307,7 +312,7 @@ class TableStore:
                                     "_change_type": pa.array([], pa.string()),
                                     "_commit_version": pa.array([], pa.int64())}))
         try:
-            if registered.needs_spark(dt):  # deletion vectors, column mapping: Delta Spark reads
+            if self._read_by_spark(name, dt):  # DVs, column mapping: Delta Spark reads
                 table = registered.spark_changes(self.spark and self.spark(), name,
                                                  self.path(name), after, up_to)
             else:
