@@ -162,3 +162,45 @@ def test_ctrl_c_during_a_pipeline_run_prints_one_line(tmp_path, slow):
     assert stderr.strip() == "interrupted; offset of stream s unchanged", stderr
     after = vs.connect(slow).describe_stream("s")
     assert (after["offset"], after["batch_id"]) == (before["offset"], before["batch_id"])
+
+
+def test_py4j_records_of_an_interrupt_are_dropped_where_py4j_logs_them(caplog):
+    """py4j logs on its child loggers ("py4j.clientserver"); the CLI's filter has to sit there,
+    since records propagated to the root logger never pass the root logger's filters. The
+    record here is the one CI printed: a broken pipe while closing the connection Ctrl-C broke."""
+    import logging
+
+    from volume_stream.cli._common import _Py4jInterrupts, quiet_py4j_interrupts
+
+    def broken_pipe_after_interrupt() -> BaseException:
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                raise BrokenPipeError(32, "Broken pipe") from None
+        except BrokenPipeError as exc:
+            exc.__context__ = KeyboardInterrupt()
+            return exc
+
+    loggers = [logging.getLogger(n) for n in ("py4j.clientserver", "py4j.java_gateway")]
+    quiet_py4j_interrupts()
+    try:
+        with caplog.at_level(logging.INFO):
+            for log in loggers:
+                exc = broken_pipe_after_interrupt()
+                log.error("Exception occurred while shutting down connection",
+                          exc_info=(type(exc), exc, exc.__traceback__))
+                log.error("a py4j error of its own")
+            exc = broken_pipe_after_interrupt()  # py4j's logging.exception(...): the root logger
+            logging.getLogger().handle(logging.makeLogRecord({
+                "name": "root", "levelno": logging.ERROR, "levelname": "ERROR",
+                "msg": "KeyboardInterrupt while sending command.",
+                "pathname": "/venv/site-packages/py4j/java_gateway.py",
+                "exc_info": (type(exc), exc, exc.__traceback__)}))
+            logging.getLogger().error("not py4j's", exc_info=(type(exc), exc, None))
+        assert [r.getMessage() for r in caplog.records] == [
+            "a py4j error of its own", "a py4j error of its own", "not py4j's"]
+    finally:
+        for log in [*loggers, logging.getLogger("py4j"), logging.getLogger()]:
+            for f in [f for f in log.filters if isinstance(f, _Py4jInterrupts)]:
+                log.removeFilter(f)

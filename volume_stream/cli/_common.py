@@ -58,18 +58,27 @@ def was_interrupted(exc: BaseException | None) -> bool:
 
 class _Py4jInterrupts(logging.Filter):
     """Drop py4j's records of a Ctrl-C: it logs every KeyboardInterrupt that lands in a JVM call
-    as an error with its traceback, on the root logger, before re-raising it."""
+    as an error with its traceback (and errors of closing the connection the interrupt broke)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not ("py4j" in record.pathname and was_interrupted(exc))
+        from_py4j = record.name.startswith("py4j") or "py4j" in record.pathname
+        return not (from_py4j and was_interrupted(exc))
+
+
+_PY4J_LOGGERS = ("", "py4j", "py4j.clientserver", "py4j.java_gateway")
 
 
 def quiet_py4j_interrupts() -> None:
-    """Keep py4j's tracebacks of a Ctrl-C off the terminal (the CLI says "interrupted")."""
-    root = logging.getLogger()
-    if not any(isinstance(f, _Py4jInterrupts) for f in root.filters):
-        root.addFilter(_Py4jInterrupts())
+    """Keep py4j's tracebacks of a Ctrl-C off the terminal (the CLI says "interrupted").
+
+    py4j logs on the root logger (`logging.exception`) and on its own loggers; the filter sits
+    on each, since a logger's filters see only the records made on it, never those propagated
+    from its children."""
+    for name in _PY4J_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _Py4jInterrupts) for f in log.filters):
+            log.addFilter(_Py4jInterrupts())
 
 
 Warehouse = Annotated[str | None, typer.Option(
