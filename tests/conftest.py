@@ -12,6 +12,13 @@ import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", os.sys.executable)
+# Every Spark driver the tests start (this process's, and those of the CLI processes, daemons
+# and jobs they run, which inherit the variable; spark-submit adds it to the driver's JVM
+# options) compiles with the client compiler only: the JIT's optimising tier spends more CPU
+# than a test JVM of a minute ever gets back (measured: a driver's start-up and first queries
+# took 37 s of CPU, 20 s with the class-data archive, 10 s with both). Nothing tested depends
+# on it; `make bench` and users' processes keep the JVM's default.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 
 def _child_pids() -> set[int]:

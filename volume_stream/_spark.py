@@ -255,13 +255,17 @@ def _close(session: Any) -> None:
 
 def jvm_conf() -> dict[str, str]:
     """The settings that put the fetched jars on the driver's and executors' class path (they
-    are local files: executors of a local cluster read them in place, nothing is copied) and,
-    when Delta Lake's connector is among them, turn on its SQL extension and catalog."""
+    are local files: executors of a local cluster read them in place, nothing is copied),
+    when Delta Lake's connector is among them, turn on its SQL extension and catalog, and map
+    the class-data archive `make install` built from them (`_jars.archive_options`)."""
     paths = _jars.class_path()
     if not paths:
         return {}
     joined = os.pathsep.join(paths)
     conf = {"spark.driver.extraClassPath": joined, "spark.executor.extraClassPath": joined}
+    archive = _jars.archive_options()
+    if archive:  # the driver starts from the class-data archive `make install` built
+        conf["spark.driver.extraJavaOptions"] = archive
     if _jars.has_delta():
         conf.update(_jars.DELTA_CONF)
     return conf
