@@ -61,11 +61,19 @@ def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def _has_sequencer(seq: pa.Array) -> np.ndarray:
     """True where a sequencer takes part in ordering (`is_newer`: not None, not empty)."""
+    if seq.null_count == len(seq):
+        return np.zeros(len(seq), dtype=bool)
     return _np(pc.fill_null(pc.greater(pc.binary_length(seq), 0), False))
 
 
 def _ascii(seq: pa.Array) -> np.ndarray:
     return _np(pc.fill_null(pc.string_is_ascii(seq), True))
+
+
+def _null(array: pa.Array) -> np.ndarray:
+    if not array.null_count:
+        return np.zeros(len(array), dtype=bool)
+    return _np(pc.is_null(array))
 
 
 def sequencer_keys(*arrays: pa.Array) -> list[pa.Array]:
@@ -89,16 +97,24 @@ def newer(seq: pa.Array, time: pa.Array, than_seq: pa.Array, than_time: pa.Array
     Rows the columns cannot decide exactly (a non-ASCII sequencer on both sides, an event
     without a time against a row with one) are handed to `is_newer` itself, and only where
     `needed`, so what raised before raises now and nothing else does."""
-    both = _has_sequencer(seq) & _has_sequencer(than_seq)
-    key, than_key = sequencer_keys(seq, than_seq)
-    no_time = _np(pc.is_null(than_time))
-    out = np.where(both, _cmp(key, than_key), np.where(no_time, 1, _cmp(time, than_time)))
-    odd = needed & ((both & ~(_ascii(seq) & _ascii(than_seq)))
-                    | (~both & ~no_time & _np(pc.is_null(time))))
+    out = np.zeros(len(needed), dtype=np.int8)
+    if not needed.any():
+        return out
+    both = needed & _has_sequencer(seq) & _has_sequencer(than_seq)
+    by_time = needed & ~both
+    odd = np.zeros(len(needed), dtype=bool)
+    if both.any():
+        key, than_key = sequencer_keys(seq, than_seq)
+        out[both] = _cmp(key, than_key)[both]
+        odd |= both & ~(_ascii(seq) & _ascii(than_seq))
+    if by_time.any():
+        no_time = _null(than_time)
+        out[by_time] = np.where(no_time, 1, _cmp(time, than_time))[by_time]
+        odd |= by_time & ~no_time & _null(time)
     for i in np.flatnonzero(odd).tolist():
         out[i] = is_newer(seq[i].as_py(), time[i].as_py(), than_seq[i].as_py(),
                           than_time[i].as_py())
-    return np.where(needed, out, 0).astype(np.int8)
+    return out
 
 
 @dataclass
@@ -152,8 +168,7 @@ def _newest(table: pa.Table, events: Sequence[FileEvent]) -> np.ndarray:
     with_seq = np.add.reduceat(has_seq.astype(np.int64), starts)
     all_seq, no_seq = with_seq == counts, with_seq == 0
     odd_seq = np.add.reduceat((has_seq & ~_ascii(seq)).astype(np.int64), starts) > 0
-    no_time = np.add.reduceat(_np(pc.is_null(ordered["_event_time"])).astype(np.int64),
-                              starts) > 0
+    no_time = np.add.reduceat(_null(ordered["_event_time"]).astype(np.int64), starts) > 0
     # runs the one sort cannot order: the rule is no plain order there
     by_hand = (counts > 1) & ((~all_seq & ~no_seq) | (all_seq & odd_seq) | (no_seq & no_time))
     run = np.repeat(np.arange(len(starts)), counts)

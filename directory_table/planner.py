@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from directory_table.batch import Batch, newer
+from directory_table.batch import Batch, _null, newer
 from directory_table.schema import TS
 
 __all__ = ["Plan", "plan_changes"]
@@ -90,13 +90,14 @@ def _at(stored: pa.Table | None, rows: np.ndarray, column: str, type_: pa.DataTy
     if stored is None or column not in stored.column_names:
         return pa.nulls(len(rows), type_)
     index = pa.array(rows, pa.int64(), mask=rows < 0)
-    return stored[column].combine_chunks().take(index).cast(type_)
+    values = stored[column].combine_chunks().take(index)
+    return values if values.type == type_ else values.cast(type_)
 
 
 def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Python's `==` row by row: equal values, or None on both sides."""
     equal = _np(pc.fill_null(pc.equal(a, b), False))
-    return equal | (_np(pc.is_null(a)) & _np(pc.is_null(b)))
+    return equal | (_null(a) & _null(b))
 
 
 def plan_changes(
@@ -130,6 +131,8 @@ def plan_changes(
     time = event["_event_time"].combine_chunks()
 
     def same_image() -> np.ndarray:
+        if not (created & has_row).any():
+            return np.zeros(len(rows), dtype=bool)
         etag = event["etag"].combine_chunks()
         image = (_same(event["size"].combine_chunks(), _at(stored, at, "size", pa.int64()))
                  & _same(etag, _at(stored, at, "etag", pa.string())))
@@ -155,10 +158,13 @@ def plan_changes(
         plan.ignored = int(np.count_nonzero(later | (~created & ~has_row)))
         return plan
 
-    than_row = newer(seq, time, _at(stored, at, "_sequencer", pa.string()),
-                     _at(stored, at, "_event_time", TS), needed=has_row)
-    than_tomb = newer(seq, time, _at(tombs, tomb_at, "_sequencer", pa.string()),
-                      _at(tombs, tomb_at, "_event_time", TS), needed=has_tomb)
+    def than(table: pa.Table | None, where: np.ndarray, needed: np.ndarray) -> np.ndarray:
+        if not needed.any():
+            return np.zeros(len(rows), dtype=np.int8)
+        return newer(seq, time, _at(table, where, "_sequencer", pa.string()),
+                     _at(table, where, "_event_time", TS), needed=needed)
+
+    than_row, than_tomb = than(stored, at, has_row), than(tombs, tomb_at, has_tomb)
     fresh = has_row & (than_row > 0)  # newer than the stored row
     blocked = has_tomb & (than_tomb <= 0)  # no newer than the path's tombstone
     same = same_image()
