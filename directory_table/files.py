@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from directory_table.layout import BUCKET_COLUMN, Layout, _brackets
+from directory_table.layout import BUCKET_COLUMN, Layout, _brackets, buckets_of
 from directory_table.storage import s3_client, split_s3
 
 __all__ = ["CommitLog", "FileEntry", "FileIndex", "Stale"]
@@ -214,8 +214,10 @@ class FileIndex:
         """Files that may hold one of `paths` (`layout.touched_files`'s rule), as
         (bucket, min path or "", path, size, rows, min path, max path), sorted."""
         by_bucket: dict[int, list[str]] = {}
-        for p in sorted(set(paths)):
-            by_bucket.setdefault(layout.bucket_of(p) if layout.bucketed else 0, []).append(p)
+        ordered = sorted(set(paths))
+        for p, b in zip(ordered, buckets_of(ordered, layout.buckets if layout.bucketed else 1),
+                        strict=True):
+            by_bucket.setdefault(b, []).append(p)
         out = []
         for bucket, wanted in by_bucket.items():
             for f in self.by_bucket.get(bucket, {}).values():

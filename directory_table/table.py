@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -28,6 +29,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
 from directory_table import _reads, protocol, rewrite
+from directory_table.batch import Batch
 from directory_table.cdf import _CDF_SCHEMA, _empty_cdf, changes, read_cdf  # noqa: F401
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
@@ -42,13 +44,7 @@ from directory_table.layout import (
     read_matching,
     touched_files,
 )
-from directory_table.planner import (
-    Plan,
-    StoredRow,
-    newest_per_path,
-    plan_changes,
-    stored_rows,
-)
+from directory_table.planner import Plan, plan_changes
 from directory_table.roles import fresh, generation, live_options
 from directory_table.schema import (
     BUCKET_FIELD,
@@ -241,32 +237,34 @@ class DirectoryTable:
         """
         started = time.perf_counter()
         events = list(events)
-        latest, dropped = newest_per_path(events)
+        batch = Batch.of(events)
+        paths = batch.paths()
         for _attempt in range(_MAX_ATTEMPTS):
             dt, index = self._write_state()
             base_version = index.version if index else dt.version()
             layout = Layout.of(dt)
             loaded = None
             if (index is not None and self.rewrite_min_events is not None
-                    and len(latest) >= self.rewrite_min_events
-                    and len(latest) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
-                loaded = rewrite.load(dt, layout, list(latest), storage_options=self.storage_options,
-                                      candidates=index.candidates(layout, list(latest)))
+                    and len(paths) >= self.rewrite_min_events
+                    and len(paths) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
+                loaded = rewrite.load(dt, layout, paths, storage_options=self.storage_options,
+                                      candidates=index.candidates(layout, paths))
             if loaded is None and dt.version() != base_version:
                 dt = self.delta()  # lookups and merges read delta-rs's snapshot
                 if dt.version() != base_version:
                     continue  # another writer committed meanwhile: plan again
-            plan = self._plan(dt, layout, latest, listed_at_version, loaded)
+            plan = self._plan(dt, layout, batch, paths, listed_at_version, loaded)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
-                             deleted=len(plan.deletes), ignored=plan.ignored + dropped,
+                             deleted=len(plan.deletes), ignored=plan.ignored + batch.dropped,
                              unchanged=plan.unchanged, events=len(events))
             if plan.empty:
-                if plan.remembered:  # no new version; a refresh listed at base_version
-                    # or later may still name the path (its listing wins, as before)
-                    self._write_tombstones(plan.remembered, datetime.now(UTC), base_version)
+                if len(plan.remembered):  # no new version; a refresh listed at
+                    # base_version or later may still name the path (its listing wins)
+                    self._write_tombstones(batch.take(plan.remembered), datetime.now(UTC),
+                                           base_version)
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
-                self._commit(dt, layout, base_version, plan, loaded)
+                self._commit(dt, layout, base_version, batch, plan, loaded)
             except CommitFailedError:  # lost the race for the version: plan again
                 log.info("directory table %s: another writer committed version %d first; "
                          "planning again on it (nothing lost)", self.path, base_version + 1)
@@ -293,37 +291,36 @@ class DirectoryTable:
             return self._write_state()
         return self._dt, self._index
 
-    def _plan(self, dt: DeltaTable, layout: Layout, latest: dict[str, FileEvent],
+    def _plan(self, dt: DeltaTable, layout: Layout, batch: Batch, paths: list[str],
               listed_at_version: int | None, loaded: rewrite.Loaded | None) -> Plan:
         tomb = self.tombstones()
         tomb_layout = Layout.of(tomb)
+
+        def tombstones(missing: list[str]) -> pa.Table | None:
+            return self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS)
+
         plan = Plan()
-        for group in bucket_groups(list(latest), layout, _LOOKUP_GROUP):
-            stored = (stored_rows(loaded.stored(group).select(_ROW_COLUMNS)) if loaded
+        groups = bucket_groups(paths, layout, _LOOKUP_GROUP)
+        row_of = dict(zip(paths, batch.latest.tolist(), strict=True)) if len(groups) > 1 else {}
+        for group in groups:
+            rows = (np.array([row_of[p] for p in group], dtype=np.int64) if row_of
+                    else batch.latest)
+            stored = (loaded.stored(group).select(_ROW_COLUMNS) if loaded
                       else self._find(dt, layout, group, _ROW_COLUMNS))
-            missing = [p for p in group if p not in stored]
-            tombstones = self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS) if missing else {}
-            part = plan_changes({p: latest[p] for p in group}, stored, tombstones,
-                                listed_at_version)
-            plan.inserts += part.inserts
-            plan.updates += part.updates
-            plan.deletes += part.deletes
-            plan.ignored += part.ignored
-            plan.unchanged += part.unchanged
-            plan.remembered += part.remembered
+            plan += plan_changes(batch, rows, stored, tombstones, listed_at_version)
         return plan
 
-    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, plan: Plan,
-                loaded: rewrite.Loaded | None) -> None:
+    def _commit(self, dt: DeltaTable, layout: Layout, base_version: int, batch: Batch,
+                plan: Plan, loaded: rewrite.Loaded | None) -> None:
         version = base_version + 1
         now = datetime.now(UTC)
         props = CommitProperties(max_commit_retries=0,
                                  custom_metadata={_COMMIT_TS_KEY: now.isoformat()})
-        if plan.deletes or plan.remembered:
-            self._write_tombstones(plan.deletes + plan.remembered, now, version)
-        changed = plan.inserts + plan.updates
-        rows = self._rows(changed, version, now)
-        if not plan.updates and not plan.deletes and loaded is None:
+        if len(plan.deletes) or len(plan.remembered):
+            self._write_tombstones(batch.take(np.concatenate([plan.deletes, plan.remembered])),
+                                   now, version)
+        rows = self._rows(batch.take(np.concatenate([plan.inserts, plan.updates])), version, now)
+        if not len(plan.updates) and not len(plan.deletes) and loaded is None:
             if dt.version() != base_version:  # delta-rs commits after its handle's version
                 dt = self.delta()
                 if dt.version() != base_version:
@@ -332,21 +329,20 @@ class DirectoryTable:
             return
         if loaded is not None:
             rewrite.commit(dt, layout, loaded, version=version, new_rows=for_layout(rows, layout),
-                           updated=[e.relative_path for e in plan.updates],
-                           deleted=[e.relative_path for e in plan.deletes],
-                           inserted=[e.relative_path for e in plan.inserts], now=now,
+                           updated=batch.paths(plan.updates),
+                           deleted=batch.paths(plan.deletes),
+                           inserted=batch.paths(plan.inserts), now=now,
                            custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
                            storage_options=self.storage_options)
             return
-        deletes = pa.table({"relative_path": pa.array([e.relative_path for e in plan.deletes],
-                                                      pa.string())})
+        deletes = batch.take(plan.deletes).select(["relative_path"])
         ops = pa.array(["I"] * len(plan.inserts) + ["U"] * len(plan.updates)
                        + ["D"] * len(plan.deletes), pa.string())
         source = pa.concat_tables([rows, self._rows_for_delete(deletes)]).append_column("_op", ops)
         source = for_layout(source, layout)
         # only updated and deleted paths can match a stored row: they alone name the target's
         # buckets and files to scan (inserts are known to be absent)
-        touched = [e.relative_path for e in plan.updates + plan.deletes]
+        touched = batch.paths(np.concatenate([plan.updates, plan.deletes]))
         predicate = layout.merge_predicate(touched)
         columns = [f.name for f in TABLE_SCHEMA] + ([BUCKET_FIELD.name] if layout.bucketed else [])
         assign = {c: f"s.`{c}`" for c in columns}
@@ -359,19 +355,23 @@ class DirectoryTable:
             .execute()
         )
 
-    def _rows(self, events: list[FileEvent], version: int, now: datetime) -> pa.Table:
-        n = len(events)
+    def _rows(self, events: pa.Table, version: int, now: datetime) -> pa.Table:
+        """The new images of `events` (`batch.EVENT_SCHEMA` columns) written at `version`."""
+        n = events.num_rows
+        paths = events["relative_path"]
         return pa.table(
             {
-                "relative_path": [e.relative_path for e in events],
-                "url": [self.url_of(e.relative_path) for e in events],
-                "size": pa.array([e.size for e in events], pa.int64()),
-                "last_modified_time": pa.array([e.last_modified_time for e in events], TS),
-                "etag": pa.array([e.etag for e in events], pa.string()),
-                "_sequencer": pa.array([e.sequencer for e in events], pa.string()),
-                "_event_time": pa.array([e.event_time for e in events], TS),
-                "_image_version": pa.array([version] * n, pa.int64()),
-                "_image_timestamp": pa.array([now] * n, TS),
+                "relative_path": paths,
+                # `url_of`, on the column
+                "url": pc.binary_join_element_wise(pa.scalar(self.base_url, pa.string()),
+                                                   paths, ""),
+                "size": events["size"],
+                "last_modified_time": events["last_modified_time"],
+                "etag": events["etag"],
+                "_sequencer": events["_sequencer"],
+                "_event_time": events["_event_time"],
+                "_image_version": pa.repeat(pa.scalar(version, pa.int64()), n),
+                "_image_timestamp": pa.repeat(pa.scalar(now, TS), n),
             },
             schema=TABLE_SCHEMA,
         )
@@ -383,16 +383,18 @@ class DirectoryTable:
         cols["relative_path"] = paths["relative_path"]
         return pa.table(cols, schema=TABLE_SCHEMA)
 
-    def _write_tombstones(self, deletes: list[FileEvent], now: datetime, version: int) -> None:
+    def _write_tombstones(self, deletes: pa.Table, now: datetime, version: int) -> None:
+        """Tombstones of the REMOVED events `deletes` (`batch.EVENT_SCHEMA` columns)."""
         # Written before the directory commit: a crash in between leaves a tombstone for a
         # path that still exists, which only ever blocks events older than the delete.
+        n = deletes.num_rows
         source = pa.table(
             {
-                "relative_path": [e.relative_path for e in deletes],
-                "_sequencer": pa.array([e.sequencer for e in deletes], pa.string()),
-                "_event_time": pa.array([e.event_time for e in deletes], TS),
-                "deleted_at": pa.array([now] * len(deletes), TS),
-                "deleted_version": pa.array([version] * len(deletes), pa.int64()),
+                "relative_path": deletes["relative_path"],
+                "_sequencer": deletes["_sequencer"],
+                "_event_time": deletes["_event_time"],
+                "deleted_at": pa.repeat(pa.scalar(now, TS), n),
+                "deleted_version": pa.repeat(pa.scalar(version, pa.int64()), n),
             },
             schema=TOMBSTONE_SCHEMA,
         )
@@ -411,13 +413,12 @@ class DirectoryTable:
     # ---------------------------------------------------------------- lookups
     @classmethod
     def _find(cls, dt: DeltaTable, layout: Layout, paths: list[str], columns: list[str],
-              ) -> dict[str, StoredRow]:
-        """Stored rows of `paths`, reading only the files of their buckets whose statistics
-        bracket one of them (`layout.touched_files`)."""
+              ) -> pa.Table | None:
+        """Stored rows of `paths` (None: none), reading only the files of their buckets whose
+        statistics bracket one of them (`layout.touched_files`)."""
         if not paths:
-            return {}
-        found = read_matching(dt, touched_files(dt, layout, paths), paths, columns)
-        return {} if found is None else stored_rows(found)
+            return None
+        return read_matching(dt, touched_files(dt, layout, paths), paths, columns)
 
     # ---------------------------------------------------------------- reads
     def snapshot(self, version: int | None = None, columns: list[str] | None = None, *,

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from directory_table import DirectoryTable
+from directory_table.batch import event_table
 from directory_table.files import CommitLog, FileIndex, Stale
 from directory_table.layout import Layout, for_layout
 from tests.directory_table.test_rewrite import T0, put, rm
@@ -63,7 +64,7 @@ def test_index_equals_the_snapshot_after_any_commits(ops):
                 other_append(table, paths, round_)
             elif op == "other_raw":  # a plain delta-rs append of new rows
                 dt = DeltaTable(table.path)
-                rows = table._rows([put(f"raw{round_}/{p}", 5, at) for p in paths],
+                rows = table._rows(event_table([put(f"raw{round_}/{p}", 5, at) for p in paths]),
                                    dt.version() + 1, at)
                 write_deltalake(dt, for_layout(rows, Layout.of(dt)), mode="append")
             elif op == "compact":

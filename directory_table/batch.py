@@ -1,0 +1,201 @@
+"""A batch of `FileEvent`s as Arrow columns, and the newest event of each of its paths
+(DESIGN §4.2), decided on columns rather than event by event.
+
+The ordering rule is `connectors.events.is_newer`: two events that both carry a sequencer are
+ordered by it (hex, case-insensitive, the shorter right-padded with zeros); otherwise by event
+time; ties go to the later arrival. On columns a sequencer becomes a sort key (upper-cased and
+padded to the longest sequencer in play, which orders every pair as padding the pair would),
+so a whole batch is ordered by one stable sort. Where the rule is not a plain order — a path
+whose events mix sequencers and none, a sequencer that is not ASCII (Python's upper-casing may
+change its length), an event without a time — those few paths or rows are decided by
+`is_newer` itself, event by event as before, so the result is always the same.
+
+    batch = Batch.of(events)
+    batch.paths()       # the paths, each once, in order of first arrival
+    batch.latest        # row of each path's newest event in `batch.table`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connectors.events import EventKind, FileEvent, is_newer
+from directory_table.schema import TS
+
+__all__ = ["EVENT_SCHEMA", "Batch", "event_table", "newer", "sequencer_keys"]
+
+#: a batch's events as columns, in arrival order (column names as the table's where shared)
+EVENT_SCHEMA = pa.schema([
+    pa.field("relative_path", pa.string()),
+    pa.field("created", pa.bool_()),
+    pa.field("size", pa.int64()),
+    pa.field("etag", pa.string()),
+    pa.field("last_modified_time", TS),
+    pa.field("_sequencer", pa.string()),
+    pa.field("_event_time", TS),
+])
+
+
+def event_table(events: Sequence[FileEvent]) -> pa.Table:
+    """`events` as columns (`EVENT_SCHEMA`), in their order. A path that is not valid UTF-8
+    (a surrogate standing for an undecodable byte) raises `UnicodeEncodeError`."""
+    return pa.table({
+        "relative_path": pa.array([e.relative_path for e in events], pa.string()),
+        "created": pa.array([e.kind is EventKind.CREATED for e in events], pa.bool_()),
+        "size": pa.array([e.size for e in events], pa.int64()),
+        "etag": pa.array([e.etag for e in events], pa.string()),
+        "last_modified_time": pa.array([e.last_modified_time for e in events], TS),
+        "_sequencer": pa.array([e.sequencer for e in events], pa.string()),
+        "_event_time": pa.array([e.event_time for e in events], TS),
+    }, schema=EVENT_SCHEMA)
+
+
+def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _has_sequencer(seq: pa.Array) -> np.ndarray:
+    """True where a sequencer takes part in ordering (`is_newer`: not None, not empty)."""
+    if seq.null_count == len(seq):
+        return np.zeros(len(seq), dtype=bool)
+    return _np(pc.fill_null(pc.greater(pc.binary_length(seq), 0), False))
+
+
+def _ascii(seq: pa.Array) -> np.ndarray:
+    return _np(pc.fill_null(pc.string_is_ascii(seq), True))
+
+
+def _null(array: pa.Array) -> np.ndarray:
+    if not array.null_count:
+        return np.zeros(len(array), dtype=bool)
+    return _np(pc.is_null(array))
+
+
+def sequencer_keys(*arrays: pa.Array) -> list[pa.Array]:
+    """Sort keys of the sequencers of `arrays`: upper-cased and right-padded with zeros to the
+    longest of all of them, so that comparing two keys compares the sequencers as AWS
+    specifies (`compare_sequencers`). Exact for ASCII sequencers only."""
+    width = max((pc.max(pc.utf8_length(a)).as_py() or 0) for a in arrays) if arrays else 0
+    return [pc.utf8_rpad(pc.ascii_upper(a), width=width, padding="0") for a in arrays]
+
+
+def _cmp(a: pa.Array, b: pa.Array) -> np.ndarray:
+    gt = _np(pc.fill_null(pc.greater(a, b), False))
+    lt = _np(pc.fill_null(pc.less(a, b), False))
+    return gt.astype(np.int8) - lt.astype(np.int8)
+
+
+def newer(seq: pa.Array, time: pa.Array, than_seq: pa.Array, than_time: pa.Array,
+          needed: np.ndarray) -> np.ndarray:
+    """`is_newer` row by row, on columns: -1 older, 0 same, 1 newer (0 where not `needed`).
+
+    Rows the columns cannot decide exactly (a non-ASCII sequencer on both sides, an event
+    without a time against a row with one) are handed to `is_newer` itself, and only where
+    `needed`, so what raised before raises now and nothing else does."""
+    out = np.zeros(len(needed), dtype=np.int8)
+    if not needed.any():
+        return out
+    both = needed & _has_sequencer(seq) & _has_sequencer(than_seq)
+    by_time = needed & ~both
+    odd = np.zeros(len(needed), dtype=bool)
+    if both.any():
+        key, than_key = sequencer_keys(seq, than_seq)
+        out[both] = _cmp(key, than_key)[both]
+        odd |= both & ~(_ascii(seq) & _ascii(than_seq))
+    if by_time.any():
+        no_time = _null(than_time)
+        out[by_time] = np.where(no_time, 1, _cmp(time, than_time))[by_time]
+        odd |= by_time & ~no_time & _null(time)
+    for i in np.flatnonzero(odd).tolist():
+        out[i] = is_newer(seq[i].as_py(), time[i].as_py(), than_seq[i].as_py(),
+                          than_time[i].as_py())
+    return out
+
+
+@dataclass
+class Batch:
+    """One batch of events as columns, with the newest event of each path."""
+
+    events: Sequence[FileEvent]
+    #: `events` as columns (`EVENT_SCHEMA`), in arrival order
+    table: pa.Table
+    #: rows of `table` holding the newest event of each path, paths in order of first arrival
+    #: (folder markers left out)
+    latest: np.ndarray
+
+    @classmethod
+    def of(cls, events: Sequence[FileEvent]) -> Batch:
+        table = event_table(events)
+        return cls(events, table, _newest(table, events))
+
+    @property
+    def dropped(self) -> int:
+        """Events that count for nothing: folder markers, and events superseded in the batch."""
+        return self.table.num_rows - len(self.latest)
+
+    def paths(self, rows: np.ndarray | None = None) -> list[str]:
+        """The paths of `rows` (default: `latest`)."""
+        rows = self.latest if rows is None else rows
+        return self.table["relative_path"].take(pa.array(rows, pa.int64())).to_pylist()
+
+    def take(self, rows: np.ndarray) -> pa.Table:
+        """The events at `rows`, as columns."""
+        return self.table.take(pa.array(rows, pa.int64()))
+
+
+def _newest(table: pa.Table, events: Sequence[FileEvent]) -> np.ndarray:
+    """Rows of the newest event of each path (`newest_per_path`'s rule, see the module
+    docstring), ordered by the path's first arrival."""
+    paths = table["relative_path"]
+    rows = np.flatnonzero(~_np(pc.ends_with(paths, "/")))  # folder markers count for nothing
+    if len(rows) == pc.count_distinct(paths.take(pa.array(rows, pa.int64()))).as_py():
+        return rows  # every path once: nothing to decide
+    sub = table.take(pa.array(rows, pa.int64()))
+    # a stable sort by path: each path's events form one run, in arrival order
+    order = _np(pc.sort_indices(sub["relative_path"]))
+    ordered = sub.take(pa.array(order, pa.int64()))
+    keys = ordered["relative_path"].combine_chunks()
+    starts = np.flatnonzero(np.concatenate(
+        [[True], _np(pc.not_equal(keys[1:], keys[:-1]))])) if len(keys) else np.array([], int)
+    counts = np.diff(np.append(starts, len(keys)))
+    seq = ordered["_sequencer"].combine_chunks()
+    has_seq = _has_sequencer(seq)
+    with_seq = np.add.reduceat(has_seq.astype(np.int64), starts)
+    all_seq, no_seq = with_seq == counts, with_seq == 0
+    odd_seq = np.add.reduceat((has_seq & ~_ascii(seq)).astype(np.int64), starts) > 0
+    no_time = np.add.reduceat(_null(ordered["_event_time"]).astype(np.int64), starts) > 0
+    # runs the one sort cannot order: the rule is no plain order there
+    by_hand = (counts > 1) & ((~all_seq & ~no_seq) | (all_seq & odd_seq) | (no_seq & no_time))
+    run = np.repeat(np.arange(len(starts)), counts)
+    (key,) = sequencer_keys(seq)
+    ranked = pa.table({
+        "run": run,
+        "seq": pc.if_else(pa.array(all_seq[run]), key, pa.nulls(len(run), pa.string())),
+        "time": pc.if_else(pa.array(no_seq[run]), ordered["_event_time"].combine_chunks(),
+                           pa.nulls(len(run), TS)),
+    })
+    # stable: equal keys stay in arrival order, so a run's last row is its newest event
+    within = _np(pc.sort_indices(ranked, [("run", "ascending"), ("seq", "ascending"),
+                                          ("time", "ascending")]))
+    winners = order[within[np.append(starts[1:], len(keys)) - 1]]
+    for r in np.flatnonzero(by_hand).tolist():
+        winners[r] = order[starts[r] + _fold(
+            [events[i] for i in rows[order[starts[r]:starts[r] + counts[r]]].tolist()])]
+    first = order[starts]  # a run's first row in path order is its earliest arrival
+    return rows[winners[np.argsort(first, kind="stable")]]
+
+
+def _fold(events: list[FileEvent]) -> int:
+    """Index of the newest of one path's events in arrival order, compared one by one."""
+    best = 0
+    for i in range(1, len(events)):
+        current, event = events[best], events[i]
+        if is_newer(event.sequencer, event.event_time, current.sequencer,
+                    current.event_time) >= 0:
+            best = i
+    return best
