@@ -12,7 +12,9 @@ import pytest
 
 import volume_stream as vs
 from volume_stream.errors import InvalidInputError
+from volume_stream.serve.record_blocks import RecordBlocks
 from volume_stream.serve.records_json import page_json, records_json
+from volume_stream.shards.log import MAX_BYTES
 from volume_stream.shards.pages import RECORD_COLUMNS
 from volume_stream.tables import Column
 
@@ -189,3 +191,32 @@ def test_endpoint_json_byte_for_byte_with_nulls_in_any_attribute(cat, view_type)
         assert fast == records_json(log.get_records(it).records, log.view_type, "eu-west-1",
                                     nxt)
         assert len(json.loads(fast)["Records"]) == table.num_rows
+
+
+@pytest.mark.parametrize("block", [1, 3, 4096])
+def test_endpoint_bodies_cut_from_blocks_are_the_page_json(cat, block):
+    """GetRecords bodies cut from blocks of record texts (`RecordBlocks`): pages within a
+    block, across two, one record long, and cut by max_bytes are `page_json`'s text."""
+    typed_table(cat)
+    cat.reshard("things", 2)
+    cat.tables.update("things", {"label": "concat(label, '\\u007f')"}, where="id >= 6")
+    log = cat.change_log("things")
+    blocks = RecordBlocks("eu-west-1", block)
+    counts = set()
+    for limit, max_bytes in ((1000, MAX_BYTES), (2, MAX_BYTES), (5, MAX_BYTES), (1, MAX_BYTES),
+                             (1000, 150)):
+        n = 0
+        for shard in log.shards():
+            it = log.iterator(shard.shard_id, "TRIM_HORIZON")
+            while it:
+                table, nxt = log.get_records_arrow(it, limit, max_bytes=max_bytes)
+                slices, at, _, _ = log.read_slices(it, limit, max_bytes)
+                body = blocks.body(log, slices, at, nxt)
+                assert body == page_json(table, log.view_type, "eu-west-1", nxt)
+                assert len(json.loads(body)["Records"]) == table.num_rows <= limit
+                n += table.num_rows
+                if not table.num_rows:
+                    break
+                it = nxt
+        counts.add(n)
+    assert len(counts) == 1 and counts.pop() > 10
