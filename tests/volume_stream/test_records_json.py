@@ -28,8 +28,8 @@ KEYS = pa.struct([pa.field("id", pa.int64(), nullable=False)])
 SHARD = "shardId-00000001735689600000-0a1b2c3d"
 
 #: text with what JSON must escape, and what it need not, next to any other character
-_TEXT = st.text(st.one_of(st.characters(), st.sampled_from('"\\/\x00\x1f\x7f\n\t\u2028é✓😀')),
-                max_size=12)
+_TEXT = st.text(st.one_of(st.characters(exclude_categories=("Cs",)),   # Arrow holds UTF-8
+                          st.sampled_from('"\\/\x00\x1f\x7f\n\t\u2028é✓😀')), max_size=12)
 _UTC = st.datetimes(datetime(1, 1, 2), datetime(9999, 12, 30), timezones=st.just(UTC))
 
 
