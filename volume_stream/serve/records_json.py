@@ -1,5 +1,6 @@
 """The GetRecords response as JSON text, written straight from a page's Arrow columns
-(`page_json`, what the endpoint sends) or from records (`records_json`).
+(`record_texts`: each record's text, which the endpoint makes for blocks of records,
+`serve.record_blocks`; `page_json`: a page's document) or from records (`records_json`).
 
 A page of 1000 records made into nested dicts (`{"S": ...}` per attribute) and then encoded
 by `json.dumps` cost ~20 us a record; writing each record's JSON text from its values with
