@@ -117,6 +117,7 @@ class DirectoryTable:
         self._index: FileIndex | None = None
         self._log = CommitLog(self.path, self._options)
         self._tomb_log = CommitLog(self.tombstones_path, self._options)
+        self._oldest: int | None = None  # (oldest_version)
 
     #: batches of at least this many paths that update or delete rows are written by
     #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
@@ -456,11 +457,15 @@ class DirectoryTable:
         return next((e["version"] for e in self.history() if e["timestamp"] <= when), None)
 
     def oldest_version(self) -> int:
-        """The oldest version whose commit is still kept (older ones were removed by retention)."""
+        """The oldest kept commit's version (older ones were removed by retention); locally the
+        last answer while its commit is there and the one before is not (no listing per page)."""
+        if (last := self._oldest) is not None and self._log.local and self._log.exists(last) \
+                and not (last and self._log.exists(last - 1)):
+            return last
         names = list_names(f"{self.path}/_delta_log", self.storage_options)
-        versions = [int(n.split(".")[0]) for n in names
-                    if n.endswith(".json") and n.split(".")[0].isdigit()]
-        return min(versions) if versions else 0
+        self._oldest = min([int(n.split(".")[0]) for n in names if n.endswith(".json")
+                            and n.split(".")[0].isdigit()], default=0)
+        return self._oldest
 
     # ---------------------------------------------------------------- maintenance
     def optimize(self, *, max_files_per_bucket: int = 4, target_size: int | None = None,

@@ -138,3 +138,21 @@ def test_the_index_on_s3_reads_new_commits_through_the_store(s3_bucket, s3_env):
     sizes = dict(zip(*(table.snapshot().to_pydict()[c] for c in ("relative_path", "size")),
                      strict=True))
     assert [sizes[PATHS[i]] for i in (0, 1, 2, 10, 11, 12)] == [5, 6, 7, 7, 7, 7]
+
+
+def test_the_oldest_version_follows_clean_up_and_a_table_made_again(tmp_path: Path):
+    """`oldest_version` keeps its last answer only while that commit is there and the one
+    before it is not: commits removed by clean-up move it on, a table made again at the same
+    place brings it back to 0."""
+    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/")
+    for k in range(4):
+        table.apply([put(f"f{k}", 1, T0 + timedelta(seconds=k))])
+    assert table.oldest_version() == 0 == table.oldest_version()
+    for v in (0, 1):                                  # as log clean-up would
+        os.remove(f"{table.path}/_delta_log/{v:020d}.json")
+    assert table.oldest_version() == 2
+    os.remove(f"{table.path}/_delta_log/{2:020d}.json")
+    assert table.oldest_version() == 3
+    for v in (0, 1, 2):                               # commits before it again: listed
+        Path(f"{table.path}/_delta_log/{v:020d}.json").write_text("{}\n")
+    assert table.oldest_version() == 0

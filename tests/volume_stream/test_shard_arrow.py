@@ -7,12 +7,15 @@ import json
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 import volume_stream as vs
 from volume_stream.errors import InvalidInputError
+from volume_stream.serve.record_blocks import BLOCK_BYTES, RecordBlocks, block_starts
 from volume_stream.serve.records_json import page_json, records_json
+from volume_stream.shards.log import MAX_BYTES
 from volume_stream.shards.pages import RECORD_COLUMNS
 from volume_stream.tables import Column
 
@@ -189,3 +192,42 @@ def test_endpoint_json_byte_for_byte_with_nulls_in_any_attribute(cat, view_type)
         assert fast == records_json(log.get_records(it).records, log.view_type, "eu-west-1",
                                     nxt)
         assert len(json.loads(fast)["Records"]) == table.num_rows
+
+
+@pytest.mark.parametrize(("block", "block_bytes"), [(1, BLOCK_BYTES), (3, BLOCK_BYTES),
+                                                   (4096, BLOCK_BYTES), (4096, 300)])
+def test_endpoint_bodies_cut_from_blocks_are_the_page_json(cat, block, block_bytes):
+    """GetRecords bodies cut from blocks of record texts (`RecordBlocks`): pages within a
+    block, across two, one record long, and cut by max_bytes, blocks cut by record count and
+    by size, are `page_json`'s text."""
+    typed_table(cat)
+    cat.reshard("things", 2)
+    cat.tables.update("things", {"label": "concat(label, '\\u007f')"}, where="id >= 6")
+    log = cat.change_log("things")
+    blocks = RecordBlocks("eu-west-1", block, block_bytes)
+    counts = set()
+    for limit, max_bytes in ((1000, MAX_BYTES), (2, MAX_BYTES), (5, MAX_BYTES), (1, MAX_BYTES),
+                             (1000, 150)):
+        n = 0
+        for shard in log.shards():
+            it = log.iterator(shard.shard_id, "TRIM_HORIZON")
+            while it:
+                table, nxt = log.get_records_arrow(it, limit, max_bytes=max_bytes)
+                slices, at, _, _ = log.read_slices(it, limit, max_bytes)
+                body = blocks.body(log, slices, at, nxt)
+                assert body == page_json(table, log.view_type, "eu-west-1", nxt)
+                assert len(json.loads(body)["Records"]) == table.num_rows <= limit
+                n += table.num_rows
+                if not table.num_rows:
+                    break
+                it = nxt
+        counts.add(n)
+    assert len(counts) == 1 and counts.pop() > 10
+
+
+def test_blocks_end_by_record_count_and_by_size():
+    sizes = np.array([1, 50, 200, 1, 1, 60, 60, 1, 1, 1])
+    assert block_starts(sizes, 4, 100).tolist() == [0, 2, 4, 5, 8, 10]
+    assert block_starts(np.full(9, 5), 4, 10**6).tolist() == [0, 4, 8, 9]
+    assert block_starts(np.full(3, 10**7), 4096, 100).tolist() == [0, 1, 2, 3]
+    assert block_starts(np.zeros(0, np.int64)).tolist() == [0]

@@ -27,7 +27,7 @@ from volume_stream.errors import (
     TrimmedDataError,
     VolumeStreamError,
 )
-from volume_stream.serve.records_json import page_json
+from volume_stream.serve.record_blocks import RecordBlocks
 from volume_stream.shards import ChangeLog, list_change_logs
 from volume_stream.shards.iterators import IteratorSigner
 from volume_stream.shards.log import DEFAULT_ACCOUNT, DEFAULT_REGION, MAX_BYTES, owner_id
@@ -124,6 +124,7 @@ class StreamsApi:
         self._logs: dict[tuple[str, str], ChangeLog] = {}
         self._lock = threading.Lock()
         self._signer = IteratorSigner(catalog.warehouse.location)
+        self._blocks = RecordBlocks(region)
 
     # ------------------------------------------------------------------ dispatch
     def call(self, operation: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -258,5 +259,5 @@ class StreamsApi:
             log = self._log(str(payload.get("vol")), str(payload.get("label")))
         except NotFoundError as exc:
             raise ExpiredIteratorError(f"the change log of this iterator is gone: {exc}") from exc
-        page, next_iterator = log.get_records_arrow(token, limit, max_bytes=MAX_BYTES)
-        return page_json(page, log.view_type, self.region, next_iterator)
+        slices, shard, next_iterator, _ = log.read_slices(token, limit, MAX_BYTES)
+        return self._blocks.body(log, slices, shard, next_iterator)

@@ -192,10 +192,10 @@ def window_rows(window: Window, shard: Shard, commit_time: Any, a: int, b: int, 
              slot: int) -> None:
         n = len(rec)
         cols = {**{k.name: pc.cast(t[k.name].take(pa.array(src)), k.type) for k in keys},
-                "column_name": pa.array([name] * n, pa.string()),
+                "column_name": pa.repeat(pa.scalar(name, pa.string()), n),
                 "version": pa.array(ms[rec]),
                 "column_value": values if values is not None else pa.nulls(n, pa.string()),
-                "op_type": pa.array([op] * n, pa.string())}
+                "op_type": pa.repeat(pa.scalar(op, pa.string()), n)}
         if sequence_info:
             cols["sequence_info"] = pa.array(seqs[rec], pa.string())
         parts.append(pa.table(cols, schema=schema))

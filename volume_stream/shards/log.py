@@ -212,7 +212,8 @@ class ChangeLog:
                                         f"keyed by {stream_key!r}, not {key!r}")
             self.source = TableSource(catalog.tables, volume, stream_key)
         self._signer = IteratorSigner(catalog.warehouse.location)
-        self._times = CommitTimes(self.source)
+        #: version -> its commit time (read from the log once)
+        self.commit_time = CommitTimes(self.source)
         self._windows: dict[tuple[str, int, int], Window] = {}
         #: windows read for a shard's siblings along with its own (`_window`)
         self._ahead: dict[tuple[str, int, int], Window] = {}
@@ -401,12 +402,12 @@ class ChangeLog:
             ExpiredIteratorError: expired, forged, or of another change log.
             TrimmedDataError: the position is older than retention keeps.
         """
-        slices, shard, token, window = self._read(iterator, limit, max_bytes)
+        slices, shard, token, window = self.read_slices(iterator, limit, max_bytes)
         if window is None:
             if self._empty is None:
                 self._empty = empty_window(self.source)
             window = self._empty
-        return arrow_page(slices, shard, self.view_type, self._times, window), token
+        return arrow_page(slices, shard, self.view_type, self.commit_time, window), token
 
     def get_records(self, iterator: str, limit: int = MAX_LIMIT, *,
                     max_bytes: int = MAX_BYTES) -> RecordsPage:
@@ -421,10 +422,11 @@ class ChangeLog:
         table, token = self.get_records_arrow(iterator, limit, max_bytes=max_bytes)
         return RecordsPage(page_records(table), token)
 
-    def _read(self, iterator: str, limit: int, max_bytes: int
-              ) -> tuple[list[tuple[Window, int, int]], Shard, str | None, Window | None]:
-        """(slices (window, i, j) of the page's records in order, the shard, the next
-        iterator, a window whose columns an empty page takes)."""
+    def read_slices(self, iterator: str, limit: int = MAX_LIMIT, max_bytes: int = MAX_BYTES
+                    ) -> tuple[list[tuple[Window, int, int]], Shard, str | None, Window | None]:
+        """The page `get_records_arrow` makes, unmade: (slices (window, i, j) of its records in
+        order, the shard, the next iterator, a window whose columns an empty page takes); a
+        window's records are the same objects from page to page while it is cached."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidInputError(f"limit must be from 1 to {MAX_LIMIT}, not {limit!r}")
         payload = self._signer.verify(iterator, self.clock())

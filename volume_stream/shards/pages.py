@@ -140,7 +140,7 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
         "keys": _struct(rows, window.key_columns, either),
         "old_image": _struct(rows, cols, old) if keep_old else _null_struct(rows, cols, n),
         "new_image": _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n),
-        "shard_id": pa.array([shard.shard_id] * n, pa.string()),
+        "shard_id": pa.repeat(pa.scalar(shard.shard_id, pa.string()), n),
         "commit_version": pa.array(v, pa.int64()), "commit_timestamp": times,
         "size_bytes": pa.array(window.sizes(old, new, keep_old, keep_new), pa.int64())})
 

@@ -27,6 +27,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from connectors.errors import CredentialsError, is_transient
+from directory_table.files import CommitLog
 from directory_table.roles import generation
 from volume_stream.errors import (
     ConfigError,
@@ -100,6 +101,8 @@ class Warehouse:
         self.catalog_path = self.location.join("_catalog")
         self._lock = threading.RLock()
         self._dt: DeltaTable | None = None
+        #: a local catalog's log, looked at before a delta-rs update (a stat, against ~1 ms)
+        self._log = CommitLog(self.catalog_path) if self.location.is_local else None
         self._generation = 0
         self._state: tuple[int, dict[tuple[str, str], str]] | None = None
         with self._storage("open"):
@@ -206,7 +209,8 @@ class Warehouse:
     def _table(self) -> DeltaTable:
         """The catalog table brought up to date. Kept open: on an object store, opening it
         afresh would read every commit since the last checkpoint; catching up reads only the
-        new ones (one LIST when nothing changed)."""
+        new ones (one LIST when nothing changed; a local one is looked at first, so a read of
+        an unchanged catalog costs a stat: the shard API checks it on every request)."""
         return _retried(self._open)
 
     def _open(self) -> DeltaTable:
@@ -215,7 +219,7 @@ class Warehouse:
             if self._dt is None or generation(options) != self._generation:
                 self._dt = DeltaTable(self.catalog_path, storage_options=options)
                 self._generation = generation(options)
-            else:
+            elif self._log is None or self._log.newer_than(self._dt.version()):
                 self._dt.update_incremental()
             return self._dt
         except TableNotFoundError as exc:
