@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@echo "    hadoop-aws with the AWS SDK for s3a:// (tests and the demo never download them)"
 	$(PY) -m volume_stream._jars fetch
 	@echo "==> a class-data archive of Spark's classes, so each local Spark starts in about half the CPU"
-	$(PY) -m volume_stream._jars archive
+	$(PY) -m volume_stream._cds
 	touch $(STAMP)
 	@echo "==> installed: the command is $(VENV)/bin/volume-stream; after . $(VENV)/bin/activate it is on PATH"
 
@@ -25,7 +25,7 @@ install: $(STAMP)
 # the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
 jars: $(STAMP)
 	$(PY) -m volume_stream._jars fetch
-	$(PY) -m volume_stream._jars archive
+	$(PY) -m volume_stream._cds
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

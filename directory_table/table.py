@@ -457,8 +457,7 @@ class DirectoryTable:
         return next((e["version"] for e in self.history() if e["timestamp"] <= when), None)
 
     def oldest_version(self) -> int:
-        """The oldest kept commit's version (older ones were removed by retention); locally the
-        last answer while its commit is there and the one before is not (no listing per page)."""
+        """The oldest kept commit's version; locally the last answer while it stands (no list)."""
         if (last := self._oldest) is not None and self._log.local and self._log.exists(last) \
                 and not (last and self._log.exists(last - 1)):
             return last

@@ -9,13 +9,14 @@ ever downloads anything while it runs and everything works offline afterwards:
   SDK bundle it needs, for `s3a://` paths.
 
     python -m volume_stream._jars fetch     # what `make install` runs (idempotent)
-    python -m volume_stream._jars archive   # then this: the class-data archive (below)
+    python -m volume_stream._cds            # then this: the class-data archive (below)
     python -m volume_stream._jars status
 
 `spark-classes.jsa` beside them is a Java class-data archive (CDS) of the ~13,000 classes a
 local Spark session with Delta Lake loads: a JVM that maps it skips parsing and verifying them,
 which is most of a driver's start-up CPU. `make install` builds it by running a small Spark
-workload in a JVM that writes the archive at exit; `volume_stream._spark` maps it when present.
+workload in a JVM that writes the archive at exit (`volume_stream._cds`); `volume_stream._spark`
+maps it when present.
 The JVM itself checks the archive against its own build and the class path, and ignores it
 (silently) when either changed, so a stale archive costs nothing but the saving.
 
@@ -35,7 +36,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["DELTA_CONF", "archive_options", "build_archive", "class_path", "coordinates", "fetch",
+__all__ = ["ARCHIVE", "DELTA_CONF", "QUIET_CDS", "archive_options", "class_path", "coordinates", "fetch",
            "jars_dir"]
 
 #: the settings that turn on Delta Lake's SQL extension and catalog (when its jars are present);
@@ -186,76 +187,13 @@ def fetch(groups: list[str] | None = None, *, out=sys.stderr) -> None:
 #: the class-data archive's file, in `jars_dir()`
 ARCHIVE = "spark-classes.jsa"
 #: the JVM's own messages about the archive (e.g. "shared class paths mismatch") stay unsaid
-_QUIET_CDS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET_CDS = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 def archive_options() -> str:
     """The driver JVM options that map the class-data archive, or "" when there is none."""
     path = jars_dir() / ARCHIVE
-    return f"-XX:SharedArchiveFile={path} {_QUIET_CDS}" if path.is_file() else ""
-
-
-def _archive_workload(spark, folder: Path) -> None:
-    """What a session does in its first minute: SQL, a Python UDF, Arrow both ways, a Delta
-    table written, merged, read at a version and through its change feed."""
-    path = str(folder / "t")
-    spark.sql("SELECT 1 AS x").collect()
-    df = spark.range(100).selectExpr("id", "CAST(id % 7 AS STRING) AS k")
-    spark.createDataFrame(df.toArrow()).groupBy("k").count().collect()
-    spark.udf.register("twice", lambda v: v * 2, "long")
-    spark.sql("SELECT twice(id) FROM range(10)").collect()
-    if not has_delta():
-        return
-    df.write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
-    spark.sql(f"MERGE INTO delta.`{path}` t USING (SELECT 1 AS id, 'x' AS k) s ON t.id = s.id "
-              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
-    spark.read.format("delta").option("versionAsOf", 0).load(path).collect()
-    spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0) \
-        .load(path).collect()
-
-
-def _check_archive(path: Path) -> None:
-    """A JVM that maps a damaged archive crashes (SIGBUS) instead of ignoring it, so a new
-    archive must map in a JVM of its own before it takes the old one's place (any crash report
-    is written beside it, in the temporary folder)."""
-    import subprocess
-
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else "java"
-    done = subprocess.run([java, f"-XX:SharedArchiveFile={path}", *_QUIET_CDS.split(),
-                           "-version"], capture_output=True, text=True, check=False, cwd=path.parent)
-    if done.returncode != 0:
-        raise RuntimeError(f"the class-data archive {path} does not map (java exited with "
-                           f"{done.returncode}): {done.stdout[-500:]}{done.stderr[-500:]}")
-
-
-def build_archive(*, out=sys.stderr) -> None:
-    """Build `spark-classes.jsa` from a fresh JVM (call in a process with no Spark yet): the
-    workload runs, the JVM exits, and the archive it wrote at exit replaces the old one."""
-    from pyspark import SparkContext
-
-    from volume_stream._spark import get_spark, spark_log_path
-
-    target = jars_dir() / ARCHIVE
-    print(f"==> jars: building {target} (a Spark session's classes, about a minute)",
-          file=out, flush=True)
-    jars_dir().mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cds-", dir=jars_dir()) as tmp:
-        written = Path(tmp) / ARCHIVE
-        spark = get_spark(master="local[2]", extra_conf={"spark.driver.extraJavaOptions":
-                          f"-XX:ArchiveClassesAtExit={written} {_QUIET_CDS}"})
-        _archive_workload(spark, Path(tmp))
-        gateway = SparkContext._gateway
-        spark.stop()
-        gateway.shutdown()
-        gateway.proc.stdin.close()  # the JVM exits when its stdin closes, writing the archive
-        code = gateway.proc.wait(timeout=600)
-        if code != 0 or not written.is_file():
-            raise RuntimeError(f"the JVM exited with {code} and wrote no archive {written} "
-                               f"(its output is in {spark_log_path()})")
-        _check_archive(written)
-        written.replace(target)
-    print(f"==> jars: {target}: {target.stat().st_size / 1e6:.0f} MB", file=out, flush=True)
+    return f"-XX:SharedArchiveFile={path} {QUIET_CDS}" if path.is_file() else ""
 
 
 def _status(out=sys.stdout) -> int:
@@ -275,13 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "fetch":
         fetch(groups or None)
         return 0
-    if command == "archive":
-        build_archive()
-        return 0
     if command == "status":
         return _status()
-    print("usage: python -m volume_stream._jars fetch [delta|s3 ...] | archive | status",
-          file=sys.stderr)
+    print("usage: python -m volume_stream._jars fetch [delta|s3 ...] | status", file=sys.stderr)
     return 2
 
 

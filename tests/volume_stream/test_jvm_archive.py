@@ -1,4 +1,4 @@
-"""The class-data archive `make install` builds (`python -m volume_stream._jars archive`): the
+"""The class-data archive `make install` builds (`python -m volume_stream._cds`): the
 local Spark driver maps it, a JVM whose class path no longer matches ignores it without a word,
 and a damaged archive never takes the place of a good one (a JVM mapping one crashes)."""
 
@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from volume_stream import _jars
+from volume_stream import _cds, _jars
 
-QUIET = _jars._QUIET_CDS.split()  # the options beside -XX:SharedArchiveFile
+QUIET = _jars.QUIET_CDS.split()  # the options beside -XX:SharedArchiveFile
 
 
 def _java() -> str:
@@ -23,7 +23,7 @@ def _archive():
     path = _jars.jars_dir() / _jars.ARCHIVE
     if not path.is_file():
         pytest.fail(f"no class-data archive {path}: run `make install` "
-                    f"(or `python -m volume_stream._jars archive`)")
+                    f"(or `python -m volume_stream._cds`)")
     return path
 
 
@@ -56,8 +56,8 @@ def test_a_damaged_archive_is_refused_before_it_replaces_one(tmp_path):
     with _archive().open("rb") as good:
         damaged.write_bytes(good.read(4096))  # a copy cut short
     with pytest.raises(RuntimeError, match="does not map"):
-        _jars._check_archive(damaged)
-    _jars._check_archive(_archive())  # the good one maps
+        _cds._check_archive(damaged)
+    _cds._check_archive(_archive())  # the good one maps
 
 
 def test_no_archive_means_no_option(tmp_path, monkeypatch):
