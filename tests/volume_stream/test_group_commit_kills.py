@@ -108,8 +108,10 @@ def run_scenario(tmp_path: Path, kills: int, rng: random.Random) -> None:
                 daemon = DaemonProcess(cfg, log).start()
                 daemon.wait_ready(120)
             feeder.per_tick = 60                                # the flood: ~1,200 files/s
-            # kill mid-flood: once a batch of it has committed, at a random moment after
-            wait_for(lambda d=daemon: any(n >= 100 for n in commit_sizes(d)), 120)
+            # kill mid-flood: once a batch of it has committed (and the run has written
+            # enough files to say something: the first kill waits for 300), at a random moment
+            wait_for(lambda d=daemon: any(n >= 100 for n in commit_sizes(d))
+                     and len(feeder.created) > 300, 120)
             time.sleep(rng.uniform(0.0, 1.0))
             flood += commit_sizes(daemon)
             daemon.proc.kill()
