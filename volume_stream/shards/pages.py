@@ -33,15 +33,16 @@ import pyarrow.compute as pc
 from volume_stream.shards.model import PageColumns, Record, Shard
 from volume_stream.shards.reader import Window, pylist
 
-__all__ = ["RECORD_COLUMNS", "ArrowPage", "Images", "arrow_page", "image_class", "page_records",
-           "struct_images", "window_records"]
+__all__ = ["RECORD_COLUMNS", "TABLE_BLOCK", "ArrowPage", "Images", "arrow_page", "image_class",
+           "page_records", "sequence_numbers", "struct_images", "window_records"]
 
 RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_image",
                   "shard_id", "commit_version", "commit_timestamp", "size_bytes")
 _EVENTS = pa.array(["INSERT", "MODIFY", "REMOVE"], pa.string())
 _TS = pa.timestamp("us", tz="UTC")
-#: versions below this pack with the row into one int64 (version * 10**10 + row)
-_ROW_SCALE = 10_000_000_000
+#: records of a window made into its page table at once (a page is a slice of one or two)
+TABLE_BLOCK = 16384
+_BLOCKS_KEPT = 4
 
 
 class Images:
@@ -101,6 +102,24 @@ def struct_images(col: pa.ChunkedArray | pa.Array) -> Images | list[None]:
     return image_class(names)(pos, [pylist(c) for c in arr.flatten()])
 
 
+def sequence_numbers(version: np.ndarray, row: np.ndarray) -> pa.Array:
+    """The sequence numbers ("1" + version in 19 digits + row in 10) of records, written as
+    bytes by numpy: each distinct version's digits once, the row's digit by digit (a cast
+    and a pad per record cost ~10x as much)."""
+    n = len(version)
+    text = np.empty((n, 30), np.uint8)
+    text[:, 0] = ord("1")
+    distinct, where = np.unique(version, return_inverse=True)
+    digits = "".join(f"{x:019d}" for x in distinct.tolist()).encode()
+    text[:, 1:20] = np.frombuffer(digits, np.uint8).reshape(-1, 19)[where.reshape(-1)]
+    rest = row.astype(np.int64)
+    for k in range(29, 19, -1):
+        rest, text[:, k] = np.divmod(rest, 10)
+    text[:, 20:] += ord("0")
+    offsets = np.arange(0, 30 * n + 1, 30, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
+
+
 def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.StructArray:
     """Rows `idx` of `columns` as a struct column, null where idx is -1."""
     valid = idx >= 0
@@ -123,12 +142,7 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
     keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
     v, r = window.version[i:j], window.row[i:j]
     n = len(v)
-    if n and int(v.max()) < (2**63 - 1) // _ROW_SCALE - 1:  # "1" + 19 + 10 digits at once
-        digits = pc.utf8_lpad(pc.cast(pa.array(v * _ROW_SCALE + r), pa.string()), 29, "0")
-        seqs = pc.binary_join_element_wise("1", digits, "")
-    else:
-        seqs = pa.array([f"1{a:019d}{b:010d}" for a, b in zip(v.tolist(), r.tolist(),
-                                                              strict=True)], pa.string())
+    seqs = sequence_numbers(v, r)
     events = _EVENTS.take(pa.array(np.where(new >= 0, np.where(old >= 0, 1, 0), 2)))
     either = np.where(new >= 0, new, old)
     rows, cols = window.rows, window.columns
@@ -145,13 +159,33 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
         "size_bytes": pa.array(window.sizes(old, new, keep_old, keep_new), pa.int64())})
 
 
+def _block(window: Window, k: int, shard: Shard, view_type: str,
+           commit_time: Callable[[int], datetime]) -> pa.Table:
+    """Block k (records k * TABLE_BLOCK on) of the window's page table, made once and kept
+    (the last `_BLOCKS_KEPT` per shard and view type) while the window is."""
+    made = window.tables.setdefault((shard.shard_id, view_type), {})
+    table = made.pop(k, None)
+    if table is None:
+        a = k * TABLE_BLOCK
+        table = _slice_table(window, a, min(len(window), a + TABLE_BLOCK), shard, view_type,
+                             commit_time)
+        while len(made) >= _BLOCKS_KEPT:
+            made.pop(next(iter(made)))
+    made[k] = table  # the most recent last
+    return table
+
+
 def arrow_page(slices: list[tuple[Window, int, int]], shard: Shard, view_type: str,
                commit_time: Callable[[int], datetime], empty: Window | None = None
                ) -> pa.Table:
-    """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`);
-    `empty` gives the schema when there are none."""
-    parts = [_slice_table(w, i, j, shard, view_type, commit_time) for w, i, j in slices
-             if j > i]
+    """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`):
+    slices of the windows' blocks; `empty` gives the schema when there are none."""
+    parts = []
+    for w, i, j in slices:
+        for k in range(i // TABLE_BLOCK, (j - 1) // TABLE_BLOCK + 1) if j > i else ():
+            a = k * TABLE_BLOCK
+            lo, hi = max(i, a) - a, min(j, a + TABLE_BLOCK) - a
+            parts.append(_block(w, k, shard, view_type, commit_time).slice(lo, hi - lo))
     if not parts:
         base = empty if empty is not None else (slices[0][0] if slices else None)
         if base is None:

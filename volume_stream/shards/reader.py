@@ -114,6 +114,9 @@ class Window:
         self.keys = (version.astype(np.int64) << 32) | row.astype(np.int64)
         self._sizes: np.ndarray | None = None
         self._key_sizes: np.ndarray | None = None
+        self._record_sizes: dict[tuple[bool, bool], np.ndarray] = {}
+        #: blocks of this window's page table, made by `shards.pages` (per shard and view type)
+        self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
 
     def __len__(self) -> int:
         return len(self.version)
@@ -139,6 +142,14 @@ class Window:
         if keep_new:
             total += np.where(new >= 0, self._sizes[np.maximum(new, 0)], 0)
         return total
+
+    def record_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
+        """`sizes` of every record of the window (made once per view)."""
+        made = self._record_sizes.get((keep_old, keep_new))
+        if made is None:
+            made = self._record_sizes[keep_old, keep_new] = self.sizes(
+                self.old, self.new, keep_old, keep_new)
+        return made
 
 
 def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
