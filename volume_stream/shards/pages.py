@@ -22,7 +22,7 @@ columns are turned into lists once for the page, keys and images when a record f
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import repeat
 from typing import Any
 
@@ -40,6 +40,8 @@ RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_ima
                   "shard_id", "commit_version", "commit_timestamp", "size_bytes")
 _EVENTS = pa.array(["INSERT", "MODIFY", "REMOVE"], pa.string())
 _TS = pa.timestamp("us", tz="UTC")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
 #: the digits of 0 to 99 and of 0 to 9999, as byte strings; a sequence number's bytes
 _DIGITS2 = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), "V2")
 _DIGITS4 = np.frombuffer("".join(f"{k:04d}" for k in range(10_000)).encode(), "V4")
@@ -123,12 +125,23 @@ def sequence_numbers(version: np.ndarray, row: np.ndarray) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
 
 
-def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.StructArray:
+def _micros(when: datetime) -> int:
+    """Microseconds from the epoch (a naive time read as UTC, as Arrow reads it)."""
+    return ((when if when.tzinfo else when.replace(tzinfo=UTC)) - _EPOCH) // _US
+
+
+def _array(rows: pa.Table, column: str) -> pa.Array:
+    col = rows.column(column)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.Array:
     """Rows `idx` of `columns` as a struct column, null where idx is -1."""
     valid = idx >= 0
+    if len(idx) and not valid.any():
+        return _null_struct(rows, columns, len(idx))
     take = pa.array(np.maximum(idx, 0))
-    children = [rows[c].take(take).combine_chunks() if len(idx) else
-                pa.array([], rows.schema.field(c).type) for c in columns]
+    children = [_array(rows, c).take(take) for c in columns]
     fields = [rows.schema.field(c) for c in columns]
     mask = None if valid.all() else pa.array(~valid)
     return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
@@ -150,13 +163,20 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
     either = np.where(new >= 0, new, old)
     rows, cols = window.rows, window.columns
     distinct = np.unique(v)
-    when = pa.array([commit_time(int(x)) for x in distinct.tolist()], _TS)
-    times = when.take(pa.array(np.searchsorted(distinct, v)))
+    when = np.array([_micros(commit_time(int(x))) for x in distinct.tolist()], np.int64)
+    times = pa.array(when[np.searchsorted(distinct, v)], _TS)
+    new_image = _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n)
+    keys = window.key_columns
+    if keep_new and n and new.min() >= 0 and set(keys) <= set(cols):
+        # every record has a new image: the keys are its key columns (no second take)
+        keys_col = pa.StructArray.from_arrays([new_image.field(k) for k in keys],
+                                              fields=[rows.schema.field(k) for k in keys])
+    else:
+        keys_col = _struct(rows, keys, either)
     return pa.table({
-        "sequence_number": seqs, "event_name": events,
-        "keys": _struct(rows, window.key_columns, either),
+        "sequence_number": seqs, "event_name": events, "keys": keys_col,
         "old_image": _struct(rows, cols, old) if keep_old else _null_struct(rows, cols, n),
-        "new_image": _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n),
+        "new_image": new_image,
         "shard_id": pa.repeat(pa.scalar(shard.shard_id, pa.string()), n),
         "commit_version": pa.array(v, pa.int64()), "commit_timestamp": times,
         "size_bytes": pa.array(window.record_sizes(keep_old, keep_new)[i:j], pa.int64())})

@@ -111,7 +111,8 @@ class Window:
         self.key_columns = (key,) if isinstance(key, str) else tuple(key)
         self.columns = columns or tuple(c for c in rows.column_names if not c.startswith("_"))
         #: (version, row) packed into one sortable int64 (for searchsorted)
-        self.keys = (version.astype(np.int64) << 32) | row.astype(np.int64)
+        self.keys = (version.astype(np.int64, copy=False) << 32) | row.astype(np.int64,
+                                                                               copy=False)
         self._sizes: np.ndarray | None = None
         self._key_sizes: np.ndarray | None = None
         #: row sizes shared with sibling windows over the same rows (`_RowBytes`)
@@ -212,12 +213,13 @@ class _RowBytes:
 
 
 def _rows(cdf: pa.Table, key: str | tuple[str, ...], columns: tuple[str, ...]) -> pa.Table:
-    """The columns of a CDF a window keeps (public ones, keys, version and change type), in
-    one chunk each: pages take from them (a take from one array costs a third of one from
+    """The columns of a CDF a window keeps (public ones, keys, version, and `_phase`: 0 for
+    an old image, 1 for a new one), in one chunk each: pages take from them (a take from one array costs a third of one from
     the read's many chunks)."""
     keys = (key,) if isinstance(key, str) else tuple(key)
-    return cdf.select([*dict.fromkeys([*columns, *keys]), "_commit_version", "_change_type"]
-                      ).combine_chunks()
+    rows = cdf.select([*dict.fromkeys([*columns, *keys]), "_commit_version"]).combine_chunks()
+    return rows.append_column("_phase", pc.cast(pc.invert(pc.is_in(
+        cdf["_change_type"], pa.array(list(_OLD)))), pa.int8()).combine_chunks())
 
 
 def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[str, ...],
@@ -231,11 +233,9 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
         return Window(pa.table({c: [] for c in keep}), empty, empty, empty, empty, key, columns)
     if shared is None:
         cdf = _rows(cdf, key, columns)
-    sub = cdf.select(["_commit_version", *keys, "_change_type"])
+    sub = cdf.select(["_commit_version", *keys, "_phase"])
     if idx is not None:
         sub = sub.take(pa.array(idx))
-    sub = sub.append_column("_phase", pc.cast(
-        pc.invert(pc.is_in(sub["_change_type"], pa.array(list(_OLD)))), pa.int8()))
     order = pc.sort_indices(sub, [("_commit_version", "ascending"),
                                   *((k, "ascending") for k in keys),
                                   ("_phase", "ascending")]).to_numpy()
@@ -270,5 +270,6 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
     ar = np.arange(len(rv))
     starts = np.r_[True, rv[1:] != rv[:-1]] if len(rv) else np.zeros(0, bool)
     row = ar - np.maximum.accumulate(np.where(starts, ar, 0)) if len(rv) else empty
-    return Window(cdf, rv.astype(np.int64), row.astype(np.int64), old.astype(np.int64),
-                  new.astype(np.int64), key, columns, shared)
+    return Window(cdf, rv.astype(np.int64, copy=False), row.astype(np.int64, copy=False),
+                  old.astype(np.int64, copy=False), new.astype(np.int64, copy=False), key,
+                  columns, shared)
