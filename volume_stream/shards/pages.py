@@ -38,7 +38,8 @@ __all__ = ["RECORD_COLUMNS", "TABLE_BLOCK", "ArrowPage", "Images", "arrow_page",
 
 RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_image",
                   "shard_id", "commit_version", "commit_timestamp", "size_bytes")
-_EVENTS = pa.array(["INSERT", "MODIFY", "REMOVE"], pa.string())
+#: the event names (six bytes each)
+_EVENTS = np.array([b"INSERT", b"MODIFY", b"REMOVE"], "V6")
 _TS = pa.timestamp("us", tz="UTC")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -108,21 +109,45 @@ def struct_images(col: pa.ChunkedArray | pa.Array) -> Images | list[None]:
     return image_class(names)(pos, [pylist(c) for c in arr.flatten()])
 
 
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, each value's index in them); by runs when sorted (a window's
+    versions are)."""
+    if len(values) and (values[1:] >= values[:-1]).all():
+        change = np.r_[True, values[1:] != values[:-1]]
+        return values[change], np.cumsum(change) - 1
+    distinct, where = np.unique(values, return_inverse=True)
+    return distinct, where.reshape(-1)
+
+
+def _fixed_width(items: np.ndarray, width: int) -> pa.Array:
+    """A string array of `items`, byte strings of `width` bytes each."""
+    offsets = np.arange(0, width * len(items) + 1, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(len(items), pa.py_buffer(offsets), pa.py_buffer(items))
+
+
+def _events(old: np.ndarray, new: np.ndarray) -> pa.Array:
+    """INSERT (a new image only), MODIFY (both) or REMOVE (the old one only) per record."""
+    kind = np.where(new >= 0, np.where(old >= 0, 1, 0), 2)
+    if len(kind) and (kind == kind[0]).all():  # a block of inserts, say
+        return pa.repeat(pa.scalar(_EVENTS[kind[0]].tobytes().decode(), pa.string()),
+                         len(kind))
+    return _fixed_width(_EVENTS[kind], 6)
+
+
 def sequence_numbers(version: np.ndarray, row: np.ndarray) -> pa.Array:
     """The sequence numbers ("1" + version in 19 digits + row in 10) of records, written as
     bytes by numpy: each distinct version's 20 bytes made once and gathered, the row's from
     tables of two and four digits (a cast and a pad per record cost ~10x as much)."""
     n = len(version)
-    distinct, where = np.unique(version, return_inverse=True)
+    distinct, where = _distinct(version)
     prefix = np.frombuffer("".join(f"1{x:019d}" for x in distinct.tolist()).encode(), "V20")
     text = np.empty(n, _SEQ)
-    text["version"] = prefix[where.reshape(-1)]
+    text["version"] = prefix[where]
     rest = row.astype(np.int64, copy=False)
     text["row_hi"] = _DIGITS2[rest // 100_000_000 % 100]
     text["row_mid"] = _DIGITS4[rest // 10_000 % 10_000]
     text["row_lo"] = _DIGITS4[rest % 10_000]
-    offsets = np.arange(0, 30 * n + 1, 30, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
+    return _fixed_width(text, 30)
 
 
 def _micros(when: datetime) -> int:
@@ -159,12 +184,12 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
     v, r = window.version[i:j], window.row[i:j]
     n = len(v)
     seqs = sequence_numbers(v, r)
-    events = _EVENTS.take(pa.array(np.where(new >= 0, np.where(old >= 0, 1, 0), 2)))
+    events = _events(old, new)
     either = np.where(new >= 0, new, old)
     rows, cols = window.rows, window.columns
-    distinct = np.unique(v)
+    distinct, where = _distinct(v)
     when = np.array([_micros(commit_time(int(x))) for x in distinct.tolist()], np.int64)
-    times = pa.array(when[np.searchsorted(distinct, v)], _TS)
+    times = pa.array(when[where]).view(_TS)
     new_image = _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n)
     keys = window.key_columns
     if keep_new and n and new.min() >= 0 and set(keys) <= set(cols):
