@@ -17,7 +17,7 @@ import volume_stream as vs
 from directory_table.schema import PUBLIC_COLUMNS
 from tests.volume_stream.conftest import Events
 from volume_stream.shards.model import sequence_number
-from volume_stream.shards.pages import sequence_numbers
+from volume_stream.shards.pages import row_numbers, sequence_numbers
 
 _OLD = ("delete", "update_preimage")
 PATHS = ["a", "b/1", "b/2", "c/ünï", "d/x y", "e", "f/g/h", "z"]
@@ -107,3 +107,22 @@ def test_sequence_numbers_written_by_numpy_are_the_formatted_ones(positions):
     made = sequence_numbers(version, row)
     assert made.type == pa.string() and made.validate(full=True) is None
     assert made.to_pylist() == [sequence_number(v, r) for v, r in positions]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**32 - 1)), max_size=40),
+       st.integers(0, 40), st.integers(0, 40))
+def test_rows_read_back_from_sequence_numbers(positions, a, b):
+    version = np.array([v for v, _ in positions], np.int64)
+    row = np.array([r for _, r in positions], np.int64)
+    made = sequence_numbers(version, row)
+    lo, hi = min(a, b, len(made)), min(max(a, b), len(made))
+    parts = pa.chunked_array([made.slice(lo, hi - lo), made.slice(0, lo),
+                              pa.array([sequence_number(v, r) for v, r in positions],
+                                       pa.string())],
+                             pa.string())
+    want = [*row[lo:hi].tolist(), *row[:lo].tolist(), *row.tolist()]
+    assert row_numbers(parts).tolist() == want
+    assert row_numbers(made.slice(lo, hi - lo)).tolist() == row[lo:hi].tolist()
+    odd = pa.array(["1" + "0" * 19 + "7", *(sequence_number(v, r) for v, r in positions)])
+    assert row_numbers(odd.slice(1)).tolist() == row.tolist()
+    assert row_numbers(odd).tolist() == [7, *row.tolist()]  # not all 30 bytes: a cast

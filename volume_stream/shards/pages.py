@@ -34,7 +34,7 @@ from volume_stream.shards.model import PageColumns, Record, Shard
 from volume_stream.shards.reader import Window, pylist
 
 __all__ = ["RECORD_COLUMNS", "TABLE_BLOCK", "ArrowPage", "Images", "arrow_page", "image_class",
-           "page_records", "sequence_numbers", "struct_images", "window_records"]
+           "page_records", "row_numbers", "sequence_numbers", "struct_images", "window_records"]
 
 RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_image",
                   "shard_id", "commit_version", "commit_timestamp", "size_bytes")
@@ -242,6 +242,28 @@ def arrow_page(slices: list[tuple[Window, int, int]], shard: Shard, view_type: s
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
 
 
+_ROW_WEIGHTS = 10 ** np.arange(9, -1, -1, dtype=np.int64)
+
+
+def row_numbers(seqs: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The rows of sequence numbers (their last 10 digits): read from the bytes of chunks of
+    30-byte strings (as `sequence_numbers` writes them), else through an Arrow cast."""
+    chunks = seqs.chunks if isinstance(seqs, pa.ChunkedArray) else [seqs]
+    out = []
+    for chunk in chunks:
+        n = len(chunk)
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[
+            chunk.offset:chunk.offset + n + 1] if n and chunk.null_count == 0 else None
+        if offsets is not None and (np.diff(offsets) == 30).all():
+            text = np.frombuffer(chunk.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+            out.append((text.reshape(n, 30)[:, 20:] - ord("0")).astype(np.int64)
+                       @ _ROW_WEIGHTS)
+        else:
+            out.append(pc.cast(pc.utf8_slice_codeunits(chunk, 20), pa.int64()).to_numpy(
+                zero_copy_only=False))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
 class ArrowPage(PageColumns):
     """The `PageColumns` of a page table (`arrow_page`): plain columns as lists at once, keys
     and images from the struct columns when a record first asks."""
@@ -252,8 +274,7 @@ class ArrowPage(PageColumns):
         self.table = table
         versions = table["commit_version"].to_pylist()
         seqs = table["sequence_number"].to_pylist()
-        rows = pc.cast(pc.utf8_slice_codeunits(table["sequence_number"], 20),
-                       pa.int64()).to_pylist()
+        rows = row_numbers(table["sequence_number"]).tolist()
         times = pylist(table["commit_timestamp"])
         shard_id = table["shard_id"][0].as_py() if table.num_rows else ""
         super().__init__(seqs, table["event_name"].to_pylist(), versions, rows, times,
