@@ -2,7 +2,8 @@
 
 `arrow_page(slices, shard, view_type, commit_time)` builds the table of `ChangeLog.
 get_records_arrow` from slices of windows (`shards.reader.Window`) column-wise (Arrow takes
-and compute functions, numpy): one row per record, columns `RECORD_SCHEMA` names:
+and compute functions, numpy), as slices of blocks of `TABLE_BLOCK` records of a window made
+at once and kept with it: one row per record, columns `RECORD_SCHEMA` names:
 
     sequence_number   string      "1" + version (19 digits) + row (10 digits)
     event_name        string      INSERT | MODIFY | REMOVE

@@ -1,7 +1,8 @@
 """Records of one shard between two versions, from its source's change data feed.
 
 The source (`shards.sources`: a volume's directory table or a change-tracked SQL table) gives
-the CDF rows of the shard's buckets only. Per version and key the old image (delete /
+the CDF rows of the shard's buckets only (sibling shards: one read, each shard's rows by
+index; their windows share its rows). Per version and key the old image (delete /
 update_preimage) and the new one (insert / update_postimage) are paired into one record:
 INSERT (new only), REMOVE (old only), MODIFY (both; a rewrite that changes no public column —
 Delta shows it as delete + insert — is no change and gives no record, as DynamoDB writes none
