@@ -9,6 +9,7 @@ import pytest
 
 import volume_stream as vs
 from volume_stream.shards import ChangeLog, list_change_logs
+from volume_stream.shards.iterators import ITERATOR_TTL_S, IteratorSigner
 
 
 @pytest.fixture
@@ -183,6 +184,17 @@ def test_forged_altered_and_expired_iterators(cat, vol, ev):
     assert "expired" in str(err.value)
     assert len(later.get_records(later.iterator(log.shards()[0].shard_id,
                                                 "TRIM_HORIZON")).records) == 1
+
+
+def test_an_issued_iterator_is_known_and_still_expires(cat):
+    signer = IteratorSigner(cat.warehouse.location)
+    token = signer.sign({"shard": "s", "pos": [3, 7]}, issued_at=1000.0)
+    fresh = IteratorSigner(cat.warehouse.location)  # the same key, nothing remembered
+    assert signer.verify(token, 1001.0) == fresh.verify(token, 1001.0) == {
+        "shard": "s", "pos": [3, 7], "iat": 1000.0}
+    for s in (signer, fresh):
+        with pytest.raises(vs.ExpiredIteratorError, match="expired"):
+            s.verify(token, 1000.0 + ITERATOR_TTL_S + 1)
 
 
 def test_trimmed_after_retention(cat, data_dir, ev):

@@ -91,7 +91,7 @@ class RecordBlocks:
         if texts is None:
             keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
             keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
-            sizes = window.sizes(window.old, window.new, keep_old, keep_new)
+            sizes = window.record_sizes(keep_old, keep_new)
             texts = by_view[view_type] = _Texts(block_starts(sizes, self.block,
                                                              self.block_bytes))
         return texts

@@ -22,6 +22,8 @@ __all__ = ["ITERATOR_TTL_S", "IteratorSigner"]
 
 ITERATOR_TTL_S = 15 * 60
 _KEY_FILE = "_secrets/shard-iterator.key"
+#: tokens whose payloads a signer remembers
+_REMEMBERED = 256
 
 
 def _b64(data: bytes) -> str:
@@ -44,15 +46,25 @@ class IteratorSigner:
     def __init__(self, location: Location, ttl_s: float = ITERATOR_TTL_S):
         self._key = _load_key(location)
         self.ttl_s = ttl_s
+        #: the payloads of the tokens this signer issued last (a reader hands each back)
+        self._issued: dict[str, dict[str, Any]] = {}
 
     def sign(self, payload: dict[str, Any], issued_at: float) -> str:
-        body = json.dumps({**payload, "iat": round(issued_at, 3)}, sort_keys=True,
-                          separators=(",", ":")).encode()
+        signed = {**payload, "iat": round(issued_at, 3)}
+        body = json.dumps(signed, sort_keys=True, separators=(",", ":")).encode()
         mac = hmac.new(self._key, body, hashlib.sha256).digest()
-        return f"{_b64(body)}.{_b64(mac)}"
+        token = f"{_b64(body)}.{_b64(mac)}"
+        if len(self._issued) >= _REMEMBERED:
+            self._issued.pop(next(iter(self._issued)))
+        self._issued[token] = signed  # as json.loads(body) reads it: str, int, list, float
+        return token
 
     def verify(self, token: Any, now: float) -> dict[str, Any]:
-        """The payload of a valid token issued less than the TTL ago."""
+        """The payload of a valid token issued less than the TTL ago (one this signer issued
+        lately is known without checking its MAC again)."""
+        payload = self._issued.get(token) if isinstance(token, str) else None
+        if payload is not None:
+            return self._fresh(dict(payload), now)
         if not isinstance(token, str) or token.count(".") != 1 or len(token) > 4096:
             raise ExpiredIteratorError("shard iterator is not one this warehouse issued")
         body_text, mac_text = token.split(".")
@@ -64,7 +76,9 @@ class IteratorSigner:
         if not hmac.compare_digest(mac, expected):
             raise ExpiredIteratorError("shard iterator is not one this warehouse issued "
                                        "(forged or altered)")
-        payload = json.loads(body)
+        return self._fresh(json.loads(body), now)
+
+    def _fresh(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         age = now - float(payload["iat"])
         if age > self.ttl_s or age < -60:
             raise ExpiredIteratorError(

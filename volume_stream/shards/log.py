@@ -460,8 +460,7 @@ class ChangeLog:
                 j = min(len(window), i + limit + 1 - count)
                 if j > i:
                     slices.append((window, i, j))
-                    sizes.append(window.sizes(window.old[i:j], window.new[i:j], keep_old,
-                                              keep_new))
+                    sizes.append(window.record_sizes(keep_old, keep_new)[i:j])
                     count += j - i
                 a = b
         keep = min(count, limit)

@@ -2,7 +2,8 @@
 
 `arrow_page(slices, shard, view_type, commit_time)` builds the table of `ChangeLog.
 get_records_arrow` from slices of windows (`shards.reader.Window`) column-wise (Arrow takes
-and compute functions, numpy): one row per record, columns `RECORD_SCHEMA` names:
+and compute functions, numpy), as slices of blocks of `TABLE_BLOCK` records of a window made
+at once and kept with it: one row per record, columns `RECORD_SCHEMA` names:
 
     sequence_number   string      "1" + version (19 digits) + row (10 digits)
     event_name        string      INSERT | MODIFY | REMOVE
@@ -22,7 +23,7 @@ columns are turned into lists once for the page, keys and images when a record f
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import repeat
 from typing import Any
 
@@ -33,15 +34,23 @@ import pyarrow.compute as pc
 from volume_stream.shards.model import PageColumns, Record, Shard
 from volume_stream.shards.reader import Window, pylist
 
-__all__ = ["RECORD_COLUMNS", "ArrowPage", "Images", "arrow_page", "image_class", "page_records",
-           "struct_images", "window_records"]
+__all__ = ["RECORD_COLUMNS", "TABLE_BLOCK", "ArrowPage", "Images", "arrow_page", "image_class",
+           "page_records", "row_numbers", "sequence_numbers", "struct_images", "window_records"]
 
 RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_image",
                   "shard_id", "commit_version", "commit_timestamp", "size_bytes")
-_EVENTS = pa.array(["INSERT", "MODIFY", "REMOVE"], pa.string())
+#: the event names (six bytes each)
+_EVENTS = np.array([b"INSERT", b"MODIFY", b"REMOVE"], "V6")
 _TS = pa.timestamp("us", tz="UTC")
-#: versions below this pack with the row into one int64 (version * 10**10 + row)
-_ROW_SCALE = 10_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+#: the digits of 0 to 99 and of 0 to 9999, as byte strings; a sequence number's bytes
+_DIGITS2 = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), "V2")
+_DIGITS4 = np.frombuffer("".join(f"{k:04d}" for k in range(10_000)).encode(), "V4")
+_SEQ = np.dtype([("version", "V20"), ("row_hi", "V2"), ("row_mid", "V4"), ("row_lo", "V4")])
+#: records of a window made into its page table at once (a page is a slice of one or two)
+TABLE_BLOCK = 16384
+_BLOCKS_KEPT = 4
 
 
 class Images:
@@ -101,12 +110,64 @@ def struct_images(col: pa.ChunkedArray | pa.Array) -> Images | list[None]:
     return image_class(names)(pos, [pylist(c) for c in arr.flatten()])
 
 
-def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.StructArray:
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values, each value's index in them); by runs when sorted (a window's
+    versions are)."""
+    if len(values) and (values[1:] >= values[:-1]).all():
+        change = np.r_[True, values[1:] != values[:-1]]
+        return values[change], np.cumsum(change) - 1
+    distinct, where = np.unique(values, return_inverse=True)
+    return distinct, where.reshape(-1)
+
+
+def _fixed_width(items: np.ndarray, width: int) -> pa.Array:
+    """A string array of `items`, byte strings of `width` bytes each."""
+    offsets = np.arange(0, width * len(items) + 1, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(len(items), pa.py_buffer(offsets), pa.py_buffer(items))
+
+
+def _events(old: np.ndarray, new: np.ndarray) -> pa.Array:
+    """INSERT (a new image only), MODIFY (both) or REMOVE (the old one only) per record."""
+    kind = np.where(new >= 0, np.where(old >= 0, 1, 0), 2)
+    if len(kind) and (kind == kind[0]).all():  # a block of inserts, say
+        return pa.repeat(pa.scalar(_EVENTS[kind[0]].tobytes().decode(), pa.string()),
+                         len(kind))
+    return _fixed_width(_EVENTS[kind], 6)
+
+
+def sequence_numbers(version: np.ndarray, row: np.ndarray) -> pa.Array:
+    """The sequence numbers ("1" + version in 19 digits + row in 10) of records, written as
+    bytes by numpy: each distinct version's 20 bytes made once and gathered, the row's from
+    tables of two and four digits (a cast and a pad per record cost ~10x as much)."""
+    n = len(version)
+    distinct, where = _distinct(version)
+    prefix = np.frombuffer("".join(f"1{x:019d}" for x in distinct.tolist()).encode(), "V20")
+    text = np.empty(n, _SEQ)
+    text["version"] = prefix[where]
+    rest = row.astype(np.int64, copy=False)
+    text["row_hi"] = _DIGITS2[rest // 100_000_000 % 100]
+    text["row_mid"] = _DIGITS4[rest // 10_000 % 10_000]
+    text["row_lo"] = _DIGITS4[rest % 10_000]
+    return _fixed_width(text, 30)
+
+
+def _micros(when: datetime) -> int:
+    """Microseconds from the epoch (a naive time read as UTC, as Arrow reads it)."""
+    return ((when if when.tzinfo else when.replace(tzinfo=UTC)) - _EPOCH) // _US
+
+
+def _array(rows: pa.Table, column: str) -> pa.Array:
+    col = rows.column(column)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.Array:
     """Rows `idx` of `columns` as a struct column, null where idx is -1."""
     valid = idx >= 0
+    if len(idx) and not valid.any():
+        return _null_struct(rows, columns, len(idx))
     take = pa.array(np.maximum(idx, 0))
-    children = [rows[c].take(take).combine_chunks() if len(idx) else
-                pa.array([], rows.schema.field(c).type) for c in columns]
+    children = [_array(rows, c).take(take) for c in columns]
     fields = [rows.schema.field(c) for c in columns]
     mask = None if valid.all() else pa.array(~valid)
     return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
@@ -123,41 +184,85 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
     keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
     v, r = window.version[i:j], window.row[i:j]
     n = len(v)
-    if n and int(v.max()) < (2**63 - 1) // _ROW_SCALE - 1:  # "1" + 19 + 10 digits at once
-        digits = pc.utf8_lpad(pc.cast(pa.array(v * _ROW_SCALE + r), pa.string()), 29, "0")
-        seqs = pc.binary_join_element_wise("1", digits, "")
-    else:
-        seqs = pa.array([f"1{a:019d}{b:010d}" for a, b in zip(v.tolist(), r.tolist(),
-                                                              strict=True)], pa.string())
-    events = _EVENTS.take(pa.array(np.where(new >= 0, np.where(old >= 0, 1, 0), 2)))
+    seqs = sequence_numbers(v, r)
+    events = _events(old, new)
     either = np.where(new >= 0, new, old)
     rows, cols = window.rows, window.columns
-    distinct = np.unique(v)
-    when = pa.array([commit_time(int(x)) for x in distinct.tolist()], _TS)
-    times = when.take(pa.array(np.searchsorted(distinct, v)))
+    distinct, where = _distinct(v)
+    when = np.array([_micros(commit_time(int(x))) for x in distinct.tolist()], np.int64)
+    times = pa.array(when[where]).view(_TS)
+    new_image = _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n)
+    keys = window.key_columns
+    if keep_new and n and new.min() >= 0 and set(keys) <= set(cols):
+        # every record has a new image: the keys are its key columns (no second take)
+        keys_col = pa.StructArray.from_arrays([new_image.field(k) for k in keys],
+                                              fields=[rows.schema.field(k) for k in keys])
+    else:
+        keys_col = _struct(rows, keys, either)
     return pa.table({
-        "sequence_number": seqs, "event_name": events,
-        "keys": _struct(rows, window.key_columns, either),
+        "sequence_number": seqs, "event_name": events, "keys": keys_col,
         "old_image": _struct(rows, cols, old) if keep_old else _null_struct(rows, cols, n),
-        "new_image": _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n),
+        "new_image": new_image,
         "shard_id": pa.repeat(pa.scalar(shard.shard_id, pa.string()), n),
         "commit_version": pa.array(v, pa.int64()), "commit_timestamp": times,
-        "size_bytes": pa.array(window.sizes(old, new, keep_old, keep_new), pa.int64())})
+        "size_bytes": pa.array(window.record_sizes(keep_old, keep_new)[i:j], pa.int64())})
+
+
+def _block(window: Window, k: int, shard: Shard, view_type: str,
+           commit_time: Callable[[int], datetime]) -> pa.Table:
+    """Block k (records k * TABLE_BLOCK on) of the window's page table, made once and kept
+    (the last `_BLOCKS_KEPT` per shard and view type) while the window is."""
+    made = window.tables.setdefault((shard.shard_id, view_type), {})
+    table = made.pop(k, None)
+    if table is None:
+        a = k * TABLE_BLOCK
+        table = _slice_table(window, a, min(len(window), a + TABLE_BLOCK), shard, view_type,
+                             commit_time)
+        while len(made) >= _BLOCKS_KEPT:
+            made.pop(next(iter(made)))
+    made[k] = table  # the most recent last
+    return table
 
 
 def arrow_page(slices: list[tuple[Window, int, int]], shard: Shard, view_type: str,
                commit_time: Callable[[int], datetime], empty: Window | None = None
                ) -> pa.Table:
-    """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`);
-    `empty` gives the schema when there are none."""
-    parts = [_slice_table(w, i, j, shard, view_type, commit_time) for w, i, j in slices
-             if j > i]
+    """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`):
+    slices of the windows' blocks; `empty` gives the schema when there are none."""
+    parts = []
+    for w, i, j in slices:
+        for k in range(i // TABLE_BLOCK, (j - 1) // TABLE_BLOCK + 1) if j > i else ():
+            a = k * TABLE_BLOCK
+            lo, hi = max(i, a) - a, min(j, a + TABLE_BLOCK) - a
+            parts.append(_block(w, k, shard, view_type, commit_time).slice(lo, hi - lo))
     if not parts:
         base = empty if empty is not None else (slices[0][0] if slices else None)
         if base is None:
             return pa.table({c: [] for c in RECORD_COLUMNS})
         return _slice_table(base, 0, 0, shard, view_type, commit_time)
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
+
+
+_ROW_WEIGHTS = 10 ** np.arange(9, -1, -1, dtype=np.int64)
+
+
+def row_numbers(seqs: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The rows of sequence numbers (their last 10 digits): read from the bytes of chunks of
+    30-byte strings (as `sequence_numbers` writes them), else through an Arrow cast."""
+    chunks = seqs.chunks if isinstance(seqs, pa.ChunkedArray) else [seqs]
+    out = []
+    for chunk in chunks:
+        n = len(chunk)
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[
+            chunk.offset:chunk.offset + n + 1] if n and chunk.null_count == 0 else None
+        if offsets is not None and (np.diff(offsets) == 30).all():
+            text = np.frombuffer(chunk.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+            out.append((text.reshape(n, 30)[:, 20:] - ord("0")).astype(np.int64)
+                       @ _ROW_WEIGHTS)
+        else:
+            out.append(pc.cast(pc.utf8_slice_codeunits(chunk, 20), pa.int64()).to_numpy(
+                zero_copy_only=False))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 class ArrowPage(PageColumns):
@@ -170,8 +275,7 @@ class ArrowPage(PageColumns):
         self.table = table
         versions = table["commit_version"].to_pylist()
         seqs = table["sequence_number"].to_pylist()
-        rows = pc.cast(pc.utf8_slice_codeunits(table["sequence_number"], 20),
-                       pa.int64()).to_pylist()
+        rows = row_numbers(table["sequence_number"]).tolist()
         times = pylist(table["commit_timestamp"])
         shard_id = table["shard_id"][0].as_py() if table.num_rows else ""
         super().__init__(seqs, table["event_name"].to_pylist(), versions, rows, times,

@@ -1,7 +1,8 @@
 """Records of one shard between two versions, from its source's change data feed.
 
 The source (`shards.sources`: a volume's directory table or a change-tracked SQL table) gives
-the CDF rows of the shard's buckets only. Per version and key the old image (delete /
+the CDF rows of the shard's buckets only (sibling shards: one read, each shard's rows by
+index; their windows share its rows). Per version and key the old image (delete /
 update_preimage) and the new one (insert / update_postimage) are paired into one record:
 INSERT (new only), REMOVE (old only), MODIFY (both; a rewrite that changes no public column —
 Delta shows it as delete + insert — is no change and gives no record, as DynamoDB writes none
@@ -105,15 +106,21 @@ class Window:
 
     def __init__(self, rows: pa.Table, version: np.ndarray, row: np.ndarray,
                  old: np.ndarray, new: np.ndarray, key: str | tuple[str, ...] = "relative_path",
-                 columns: tuple[str, ...] = ()):
+                 columns: tuple[str, ...] = (), row_bytes: Any = None):
         self.rows, self.version, self.row, self.old, self.new = rows, version, row, old, new
         #: the key columns (one, or a table's declared key of several)
         self.key_columns = (key,) if isinstance(key, str) else tuple(key)
         self.columns = columns or tuple(c for c in rows.column_names if not c.startswith("_"))
         #: (version, row) packed into one sortable int64 (for searchsorted)
-        self.keys = (version.astype(np.int64) << 32) | row.astype(np.int64)
+        self.keys = (version.astype(np.int64, copy=False) << 32) | row.astype(np.int64,
+                                                                               copy=False)
         self._sizes: np.ndarray | None = None
         self._key_sizes: np.ndarray | None = None
+        #: row sizes shared with sibling windows over the same rows (`_RowBytes`)
+        self._row_bytes = row_bytes
+        self._record_sizes: dict[tuple[bool, bool], np.ndarray] = {}
+        #: blocks of this window's page table, made by `shards.pages` (per shard and view type)
+        self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
 
     def __len__(self) -> int:
         return len(self.version)
@@ -130,8 +137,8 @@ class Window:
               ) -> np.ndarray:
         """Approximate bytes of records (DynamoDB's count: key, kept images)."""
         if self._sizes is None:
-            self._sizes = row_sizes(self.rows, self.columns)
-            self._key_sizes = row_sizes(self.rows, self.key_columns)
+            of = self._row_bytes or (lambda columns: row_sizes(self.rows, columns))
+            self._sizes, self._key_sizes = of(self.columns), of(self.key_columns)
         either = np.where(new >= 0, new, old)
         total = self._key_sizes[either].copy()
         if keep_old:
@@ -139,6 +146,14 @@ class Window:
         if keep_new:
             total += np.where(new >= 0, self._sizes[np.maximum(new, 0)], 0)
         return total
+
+    def record_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
+        """`sizes` of every record of the window (made once per view)."""
+        made = self._record_sizes.get((keep_old, keep_new))
+        if made is None:
+            made = self._record_sizes[keep_old, keep_new] = self.sizes(
+                self.old, self.new, keep_old, keep_new)
+        return made
 
 
 def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
@@ -161,16 +176,19 @@ def shard_window(source: Any, shard: Shard, after: int, up_to: int) -> Window:
 
 def shard_windows(source: Any, shards: list[Shard], after: int, up_to: int) -> list[Window]:
     """`shard_window` of each of `shards` (one read of the change data feed when more than
-    one: every bucket's changes, split by shard)."""
+    one: every bucket's changes, each shard's rows picked by index; the windows share the
+    read's table and its row sizes)."""
     if not hasattr(source, "columns"):
         source = VolumeSource(source)
+    columns = tuple(source.columns)
     if up_to <= after:
-        cdfs: list[pa.Table | None] = [None] * len(shards)
-    elif len(shards) == 1:
-        cdfs = [source.changes(after, up_to, shards[0])]
-    else:
-        cdfs = list(source.changes_of(after, up_to, shards))
-    return [_window_of(cdf, source.key, tuple(source.columns)) for cdf in cdfs]
+        return [_window_of(None, None, source.key, columns) for _ in shards]
+    if len(shards) == 1:
+        return [_window_of(source.changes(after, up_to, shards[0]), None, source.key, columns)]
+    cdf, picked = source.changes_of(after, up_to, shards)
+    rows = _rows(cdf, source.key, columns)
+    shared = _RowBytes(rows, columns)
+    return [_window_of(rows, idx, source.key, columns, shared) for idx in picked]
 
 
 def empty_window(source: Any) -> Window:
@@ -181,42 +199,78 @@ def empty_window(source: Any) -> Window:
                   tuple(source.columns))
 
 
-def _window_of(cdf: pa.Table | None, key: str | tuple[str, ...], columns: tuple[str, ...]
-               ) -> Window:
+class _RowBytes:
+    """Row sizes (images, keys) of a table, made once for the windows that share it."""
+
+    def __init__(self, rows: pa.Table, columns: tuple[str, ...]):
+        self.rows, self.columns = rows, columns
+        self.made: dict[tuple[str, ...], np.ndarray] = {}
+
+    def __call__(self, columns: tuple[str, ...]) -> np.ndarray:
+        made = self.made.get(columns)
+        if made is None:
+            made = self.made[columns] = row_sizes(self.rows, columns)
+        return made
+
+
+def _rows(cdf: pa.Table, key: str | tuple[str, ...], columns: tuple[str, ...]) -> pa.Table:
+    """The columns of a CDF a window keeps (public ones, keys, version, and `_phase`: 0 for
+    an old image, 1 for a new one), in one chunk each: pages take from them (a take from one array costs a third of one from
+    the read's many chunks)."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    rows = cdf.select([*dict.fromkeys([*columns, *keys]), "_commit_version"]).combine_chunks()
+    return rows.append_column("_phase", pc.cast(pc.invert(pc.is_in(
+        cdf["_change_type"], pa.array(list(_OLD)))), pa.int8()).combine_chunks())
+
+
+def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[str, ...],
+               columns: tuple[str, ...], shared: _RowBytes | None = None) -> Window:
+    """The window of the CDF rows `idx` of `cdf` (None: all): the rows sorted by (version,
+    key, old image first) as indices into `cdf`, only the sort's columns copied."""
     keys = (key,) if isinstance(key, str) else tuple(key)
     keep = list(dict.fromkeys([*columns, *keys]))
     empty = np.zeros(0, np.int64)
-    if cdf is None or cdf.num_rows == 0:
+    if cdf is None or cdf.num_rows == 0 or (idx is not None and not len(idx)):
         return Window(pa.table({c: [] for c in keep}), empty, empty, empty, empty, key, columns)
-    t = cdf.select([*keep, "_commit_version"]).append_column(
-        "_phase", pc.cast(pc.invert(pc.is_in(cdf["_change_type"], pa.array(list(_OLD)))),
-                          pa.int8()))
-    t = t.sort_by([("_commit_version", "ascending"), *((k, "ascending") for k in keys),
-                   ("_phase", "ascending")])
-    n = t.num_rows
-    v = t["_commit_version"].to_numpy()
-    phase = t["_phase"].to_numpy()
+    if shared is None:
+        cdf = _rows(cdf, key, columns)
+    sub = cdf.select(["_commit_version", *keys, "_phase"])
+    if idx is not None:
+        sub = sub.take(pa.array(idx))
+    order = pc.sort_indices(sub, [("_commit_version", "ascending"),
+                                  *((k, "ascending") for k in keys),
+                                  ("_phase", "ascending")]).to_numpy()
+    n = len(order)
+    v = sub["_commit_version"].to_numpy()[order]
+    phase = sub["_phase"].to_numpy()[order]
     pair = np.zeros(n, bool)
     if n > 1:
-        same_key = v[:-1] == v[1:]
+        # an old image followed by a new one of the same version: a pair if the keys match
+        at = np.flatnonzero((v[:-1] == v[1:]) & (phase[:-1] == 0) & (phase[1:] == 1))
+        same_key = np.ones(len(at), bool)
         for k in keys:  # every key column equal (a null equals nothing)
-            col = t[k].combine_chunks()
-            same_key &= pc.fill_null(pc.equal(col.slice(0, n - 1), col.slice(1)), False
+            col = sub[k]
+            same_key &= pc.fill_null(pc.equal(col.take(pa.array(order[at])),
+                                              col.take(pa.array(order[at + 1]))), False
                                      ).to_numpy(zero_copy_only=False)
-        pair[:-1] = same_key & (phase[:-1] == 0) & (phase[1:] == 1)
+        pair[at[same_key]] = True
+    perm = order if idx is None else idx[order]        # sorted rows, as rows of `cdf`
     second = np.zeros(n, bool)
     second[1:] = pair[:-1]
     first = np.nonzero(~second)[0]                    # one record per first row
     is_pair = pair[first]
-    old = np.where(is_pair | (phase[first] == 0), first, -1)
-    new = np.where(is_pair, first + 1, np.where(phase[first] == 1, first, -1))
+    old = np.where(is_pair | (phase[first] == 0), perm[first], -1)
+    new = np.where(is_pair, perm[np.minimum(first + 1, n - 1)],
+                   np.where(phase[first] == 1, perm[first], -1))
     if is_pair.any():                                  # a no-op rewrite is no record
-        idx = np.nonzero(is_pair)[0]
+        at = np.nonzero(is_pair)[0]
         noop = np.zeros(len(first), bool)
-        noop[idx] = _same(t, first[idx], first[idx] + 1, columns)
+        noop[at] = _same(cdf, old[at], new[at], columns)
         first, old, new = first[~noop], old[~noop], new[~noop]
     rv = v[first]
     ar = np.arange(len(rv))
     starts = np.r_[True, rv[1:] != rv[:-1]] if len(rv) else np.zeros(0, bool)
     row = ar - np.maximum.accumulate(np.where(starts, ar, 0)) if len(rv) else empty
-    return Window(t, rv.astype(np.int64), row.astype(np.int64), old, new, key, columns)
+    return Window(cdf, rv.astype(np.int64, copy=False), row.astype(np.int64, copy=False),
+                  old.astype(np.int64, copy=False), new.astype(np.int64, copy=False), key,
+                  columns, shared)

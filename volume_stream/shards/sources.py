@@ -91,20 +91,21 @@ class VolumeSource:
         cdf = self.table.changes(after, up_to)
         return cdf.filter(_keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets))
 
-    def changes_of(self, after: int, up_to: int, shards: list[Shard]) -> list[pa.Table]:
-        """`changes(after, up_to, s)` of each shard, from one read of every bucket."""
+    def changes_of(self, after: int, up_to: int, shards: list[Shard]
+                   ) -> tuple[pa.Table, list[np.ndarray | None]]:
+        """One read of every bucket's changes, and the rows of it that are each shard's
+        `changes(after, up_to, s)` (indices in order; None: all of them)."""
         cdf = self.table.changes(after, up_to)
         buckets = self.table.layout().buckets
-        out = []
+        b = cdf["_bucket"].to_numpy()
+        out: list[np.ndarray | None] = []
         for shard in shards:
             if not shard.hash_buckets or shard.hash_buckets == buckets:
-                b = cdf["_bucket"]
-                mask = pc.and_(pc.greater_equal(b, shard.bucket_lo),
-                               pc.less(b, shard.bucket_hi))
+                out.append(np.flatnonzero((b >= shard.bucket_lo) & (b < shard.bucket_hi)))
             else:
-                mask = _keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets)
-            out.append(cdf.filter(mask))
-        return out
+                out.append(np.flatnonzero(_keep(cdf["relative_path"].to_pylist(), shard,
+                                                shard.hash_buckets)))
+        return cdf, out
 
 
 class TableSource:
@@ -167,26 +168,28 @@ class TableSource:
             for h in self.store.open(self.name).history())]
 
     def changes(self, after: int, up_to: int, shard: Shard) -> pa.Table:
-        return self.changes_of(after, up_to, [shard])[0]
+        cdf, [rows] = self.changes_of(after, up_to, [shard])
+        return cdf if rows is None else cdf.take(pa.array(rows))
 
-    def changes_of(self, after: int, up_to: int, shards: list[Shard]) -> list[pa.Table]:
-        """`changes(after, up_to, s)` of each shard, from one read (the keys hashed once)."""
+    def changes_of(self, after: int, up_to: int, shards: list[Shard]
+                   ) -> tuple[pa.Table, list[np.ndarray | None]]:
+        """One read of the table's changes, and the rows of it that are each shard's
+        `changes(after, up_to, s)` (indices in order; None: all of them), the keys hashed
+        once."""
         cdf = self.store.changes(self.name, after, up_to)
-        if cdf.num_rows == 0:
-            return [cdf for _ in shards]
         hashed: dict[int, np.ndarray] = {}
-        out = []
+        out: list[np.ndarray | None] = []
         for shard in shards:
             n = shard.hash_buckets or TABLE_BUCKETS
-            if shard.bucket_lo <= 0 and shard.bucket_hi >= n:
-                out.append(cdf)
+            if cdf.num_rows == 0 or (shard.bucket_lo <= 0 and shard.bucket_hi >= n):
+                out.append(None)
                 continue
             if n not in hashed:
                 hashed[n] = np.array([bucket_of(k, n) for k in key_texts(cdf, self.key)],
                                      np.int64)
             b = hashed[n]
-            out.append(cdf.filter(pa.array((b >= shard.bucket_lo) & (b < shard.bucket_hi))))
-        return out
+            out.append(np.flatnonzero((b >= shard.bucket_lo) & (b < shard.bucket_hi)))
+        return cdf, out
 
 
 def row_sizes(rows: pa.Table, columns: tuple[str, ...]) -> np.ndarray:

@@ -1,0 +1,128 @@
+"""Differential tests of a volume's change log pages: random change sets, read through
+`get_records_arrow` and `get_records` at several limits, against a straightforward reference
+made from the plain change data feed (per shard: pair each version's old and new image of a
+path, drop no-op rewrites, order by (version, path), number the rows of each version)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import volume_stream as vs
+from directory_table.schema import PUBLIC_COLUMNS
+from tests.volume_stream.conftest import Events
+from volume_stream.shards.model import sequence_number
+from volume_stream.shards.pages import row_numbers, sequence_numbers
+
+_OLD = ("delete", "update_preimage")
+PATHS = ["a", "b/1", "b/2", "c/ünï", "d/x y", "e", "f/g/h", "z"]
+
+commits = st.lists(st.dictionaries(st.sampled_from(PATHS),
+                                   st.one_of(st.none(), st.integers(1, 3)), min_size=1),
+                   min_size=1, max_size=4)
+
+
+def reference(table, shard, latest):
+    """The records of `shard` as dicts, made from the plain CDF row by row."""
+    cdf = table.changes(0, latest).to_pylist()
+    by_key: dict[tuple[int, str], dict] = {}
+    for row in cdf:
+        if not shard.bucket_lo <= row["_bucket"] < shard.bucket_hi:
+            continue
+        if not shard.start_version < row["_commit_version"] <= (
+                shard.end_version if shard.closed else latest):
+            continue
+        side = "old" if row["_change_type"] in _OLD else "new"
+        image = {c: row[c] for c in PUBLIC_COLUMNS}
+        by_key.setdefault((row["_commit_version"], row["relative_path"]), {})[side] = image
+    out, row_of = [], {}
+    for (version, path), sides in sorted(by_key.items(), key=lambda kv: (
+            kv[0][0], kv[0][1].encode())):
+        old, new = sides.get("old"), sides.get("new")
+        if old is not None and new is not None and old == new:
+            continue
+        row = row_of[version] = row_of.get(version, -1) + 1
+        out.append({"sequence_number": sequence_number(version, row),
+                    "event_name": "MODIFY" if old and new else "INSERT" if new else "REMOVE",
+                    "keys": {"relative_path": path}, "old_image": old, "new_image": new,
+                    "shard_id": shard.shard_id, "commit_version": version})
+    return out
+
+
+def drain(log, shard_id, limit):
+    arrow, records, it = [], [], log.iterator(shard_id, "TRIM_HORIZON")
+    while it:
+        page, nxt = log.get_records_arrow(it, limit)
+        same = log.get_records(it, limit)
+        assert page.num_rows <= limit and page.num_rows == len(same.records)
+        assert (nxt is None) == (same.next_iterator is None)
+        arrow += page.to_pylist()
+        records += [{"sequence_number": r.sequence_number, "event_name": r.event_name,
+                     "keys": r.key, "old_image": r.old_image, "new_image": r.new_image,
+                     "shard_id": r.shard_id, "commit_version": r.commit_version}
+                    for r in same.records]
+        if not page.num_rows:
+            break
+        it = nxt
+    return arrow, records
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(commits=commits, shards=st.integers(1, 4), limit=st.sampled_from([1, 2, 3, 1000]),
+       reshard=st.one_of(st.none(), st.integers(1, 3)))
+def test_pages_are_the_reference_records(commits, shards, limit, reshard):
+    assume(reshard is None or shards <= 2 * reshard)  # a child has at most two parents
+    with tempfile.TemporaryDirectory() as tmp:
+        cat = vs.connect(Path(tmp) / "wh")
+        data = Path(tmp) / "data"
+        data.mkdir()
+        cat.create_volume("v", data, shards=shards)
+        table, ev = cat.directory_table("v"), Events()
+        for k, commit in enumerate(commits):
+            if reshard is not None and k == len(commits) // 2:
+                cat.reshard("v", reshard)
+            table.apply([ev.rm(p) if size is None else ev.put(p, size)
+                         for p, size in commit.items()])
+        latest = table.version()
+        log = cat.change_log("v")
+        for shard in log.shards():
+            arrow, records = drain(log, shard.shard_id, limit)
+            want = reference(table, shard, latest)
+            got = [{k: r[k] for k in want[0]} for r in arrow] if want else arrow
+            assert got == want
+            assert records == want
+            sizes = [r["size_bytes"] for r in arrow]
+            assert all(s > 0 for s in sizes)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 10**10 - 1)), max_size=50))
+def test_sequence_numbers_written_by_numpy_are_the_formatted_ones(positions):
+    version = np.array([v for v, _ in positions], np.int64)
+    row = np.array([r for _, r in positions], np.int64)
+    made = sequence_numbers(version, row)
+    assert made.type == pa.string() and made.validate(full=True) is None
+    assert made.to_pylist() == [sequence_number(v, r) for v, r in positions]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**32 - 1)), max_size=40),
+       st.integers(0, 40), st.integers(0, 40))
+def test_rows_read_back_from_sequence_numbers(positions, a, b):
+    version = np.array([v for v, _ in positions], np.int64)
+    row = np.array([r for _, r in positions], np.int64)
+    made = sequence_numbers(version, row)
+    lo, hi = min(a, b, len(made)), min(max(a, b), len(made))
+    parts = pa.chunked_array([made.slice(lo, hi - lo), made.slice(0, lo),
+                              pa.array([sequence_number(v, r) for v, r in positions],
+                                       pa.string())],
+                             pa.string())
+    want = [*row[lo:hi].tolist(), *row[:lo].tolist(), *row.tolist()]
+    assert row_numbers(parts).tolist() == want
+    assert row_numbers(made.slice(lo, hi - lo)).tolist() == row[lo:hi].tolist()
+    odd = pa.array(["1" + "0" * 19 + "7", *(sequence_number(v, r) for v, r in positions)])
+    assert row_numbers(odd.slice(1)).tolist() == row.tolist()
+    assert row_numbers(odd).tolist() == [7, *row.tolist()]  # not all 30 bytes: a cast
