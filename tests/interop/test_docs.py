@@ -11,6 +11,8 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "spark-delta.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```$", PAGE.read_text(), re.M | re.S)
 
@@ -25,6 +27,7 @@ def _expected(block: str) -> list[str]:
     return wanted
 
 
+@pytest.mark.slow  # every block of the page, a Spark job each (about 80 s): make soak
 def test_the_page_runs_as_printed(delta_spark, tmp_path, monkeypatch):
     assert len(BLOCKS) >= 5
     monkeypatch.chdir(tmp_path)

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import volume_stream as vs
 from tests.s3_warehouse_fixtures import child_env
 
@@ -70,6 +72,7 @@ def test_two_processes_racing_lose_nothing_and_duplicate_nothing(s3_env, s3_buck
     check_consumed(cat, steps, complete=True)
 
 
+@pytest.mark.slow  # writer processes SIGKILLed mid-commit, three rounds: make soak
 def test_a_writer_killed_during_commits_leaves_a_consistent_warehouse(s3_env, s3_bucket,
                                                                      tmp_path):
     uri = f"s3://{s3_bucket}/wh"
