@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -182,19 +183,26 @@ def test_cli_refuses_an_open_public_listen(cat):
     proc = subprocess.Popen([CLI, "shard-api", "--warehouse", str(cat.warehouse.root),
                              "--listen", "0.0.0.0:0", "--allow-anonymous"],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    rest: list[str] = []  # its stderr after the first line, drained so it can never block
     try:
         line, deadline = "", time.monotonic() + 120
         while "shard API on" not in line and time.monotonic() < deadline:
             line = proc.stderr.readline()
             assert line or proc.poll() is None, "shard-api exited early"
+        drain = threading.Thread(target=lambda: rest.extend(proc.stderr), daemon=True)
+        drain.start()
         assert "no authentication" in line
         port = re.search(r"http://0\.0\.0\.0:(\d+)", line).group(1)
         answer = call(f"http://127.0.0.1:{port}", "ListStreams", {"TableName": {}})
         assert answer.status == 400 and answer.error == "SerializationException"
-    finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
-    assert "Traceback" not in proc.stderr.read()
+        assert proc.wait(60) == 0, "".join(rest)
+        drain.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in "".join(rest)
 
 
 def test_daemon_refuses_an_open_public_listen(tmp_path, data_dir):

@@ -259,6 +259,8 @@ class ShardApiServer:
         while not self._stop.wait(self.auto_split_s):
             try:
                 for volume in [v["name"] for v in self.catalog.list_volumes()]:
+                    if self._stop.is_set():  # stopping: the rest of the round waits for no one
+                        break
                     for child in self.catalog.auto_split(volume):
                         log.info("volume %s: shard %s split (child %s)", volume,
                                  child.parent_shard_id, child.shard_id)
