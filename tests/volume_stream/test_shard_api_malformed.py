@@ -175,6 +175,14 @@ def test_open_endpoint_stays_on_loopback(cat):
             pass
 
 
+def _as_from_a_terminal() -> None:
+    """A shell starts a foreground command with SIGINT at its default and unblocked; a child of
+    a test worker inherits whatever the worker's libraries left (an ignored or blocked SIGINT
+    is kept across exec), and then Ctrl-C would not reach it."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_cli_refuses_an_open_public_listen(cat):
     run = subprocess.run([CLI, "shard-api", "--warehouse", str(cat.warehouse.root),
                           "--listen", "0.0.0.0:0"], capture_output=True, text=True, timeout=120)
@@ -182,7 +190,8 @@ def test_cli_refuses_an_open_public_listen(cat):
     assert "without authentication" in run.stderr and "--allow-anonymous" in run.stderr
     proc = subprocess.Popen([CLI, "shard-api", "--warehouse", str(cat.warehouse.root),
                              "--listen", "0.0.0.0:0", "--allow-anonymous"],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=_as_from_a_terminal)
     rest: list[str] = []  # its stderr after the first line, drained so it can never block
     try:
         line, deadline = "", time.monotonic() + 120
