@@ -12,6 +12,7 @@ ignoring it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,13 +43,17 @@ def _archive_workload(spark, folder: Path) -> None:
         .load(path).collect()
 
 
+def java() -> str:
+    """The `java` Spark launches: `$JAVA_HOME/bin/java`, else the first on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else (shutil.which("java") or "java")
+
+
 def _check_archive(path: Path) -> None:
     """A JVM that maps a damaged archive crashes (SIGBUS) instead of ignoring it, so a new
     archive must map in a JVM of its own before it takes the old one's place (any crash report
     is written beside it, in the temporary folder)."""
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else "java"
-    done = subprocess.run([java, f"-XX:SharedArchiveFile={path}", *_jars.QUIET_CDS.split(),
+    done = subprocess.run([java(), f"-XX:SharedArchiveFile={path}", *_jars.QUIET_CDS.split(),
                            "-version"], capture_output=True, text=True, check=False, cwd=path.parent)
     if done.returncode != 0:
         raise RuntimeError(f"the class-data archive {path} does not map (java exited with "
@@ -71,9 +76,7 @@ def build_archive(*, out=sys.stderr) -> None:
         _archive_workload(spark, Path(tmp))
         gateway = SparkContext._gateway
         spark.stop()
-        gateway.shutdown()
-        gateway.proc.stdin.close()  # the JVM exits when its stdin closes, writing the archive
-        code = gateway.proc.wait(timeout=600)
+        code = _jars.stop_gateway(gateway, timeout=600)  # the JVM writes the archive at exit
         if code != 0 or not written.is_file():
             raise RuntimeError(f"the JVM exited with {code} and wrote no archive {written} "
                                f"(its output is in {spark_log_path()})")

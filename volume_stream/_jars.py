@@ -124,6 +124,17 @@ def _spark_classes() -> set[str]:
     return found
 
 
+def stop_gateway(gateway, timeout: float | None = None) -> int | None:
+    """Close a py4j gateway and the JVM it launched (the JVM exits when its stdin closes);
+    returns the JVM's exit status (None when the gateway launched none)."""
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return None
+    proc.stdin.close()
+    return proc.wait(timeout=timeout)
+
+
 def _resolve(coords: list[str], ivy: Path) -> list[Path]:
     """Resolve `coords` with Spark's own Ivy resolution (Maven Central only) in a JVM launched
     for that alone; its progress lines go to this process's stderr. Returns the resolved jars
@@ -143,11 +154,7 @@ def _resolve(coords: list[str], ivy: Path) -> list[Path]:
     try:
         resolved = gateway.jvm.java.lang.System.getProperty("spark.jars") or ""
     finally:
-        gateway.shutdown()
-        proc = getattr(gateway, "proc", None)
-        if proc is not None:
-            proc.stdin.close()
-            proc.wait()
+        stop_gateway(gateway)
     paths = [Path(p.removeprefix("file:")) for p in resolved.split(",") if p]
     if not paths:
         raise RuntimeError(f"Spark resolved no jars for {coords}")

@@ -5,7 +5,6 @@ and a damaged archive never takes the place of a good one (a JVM mapping one cra
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -13,10 +12,6 @@ import pytest
 from volume_stream import _cds, _jars
 
 QUIET = _jars.QUIET_CDS.split()  # the options beside -XX:SharedArchiveFile
-
-
-def _java() -> str:
-    return shutil.which("java") or "java"
 
 
 def _archive():
@@ -44,7 +39,7 @@ def test_the_local_driver_maps_the_archive(spark):
 
 
 def test_a_jvm_with_another_class_path_ignores_it_silently(tmp_path):
-    done = subprocess.run([_java(), f"-XX:SharedArchiveFile={_archive()}", *QUIET,
+    done = subprocess.run([_cds.java(), f"-XX:SharedArchiveFile={_archive()}", *QUIET,
                            "-cp", str(tmp_path), "-version"], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
