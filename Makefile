@@ -58,6 +58,7 @@ soak: $(STAMP)
 		-m soak tests/volume_stream/test_shard_api_fuzz.py
 	VS_PREDICATE_EXAMPLES=1000 $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/tables/test_predicates.py -k touches_exactly
+	VS_EXIT_RUNS=10 $(PY) -m pytest -q -p no:cacheprovider tests/test_exit_codes.py -k every_time
 	$(PY) -m pytest -q -p no:cacheprovider -m soak tests/warehouse/test_pipeline_faults.py
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=1800 -m soak \
 		tests/interop/test_users_tools.py tests/interop/test_delta_target.py

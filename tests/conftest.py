@@ -17,8 +17,13 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", os.sys.executable)
 # options) compiles with the client compiler only: the JIT's optimising tier spends more CPU
 # than a test JVM of a minute ever gets back (measured: a driver's start-up and first queries
 # took 37 s of CPU, 20 s with the class-data archive, 10 s with both). Nothing tested depends
-# on it; `make bench` and users' processes keep the JVM's default.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# on it; `make bench` and users' processes keep the JVM's default. For the same reason they
+# evaluate expressions interpreted instead of generating and compiling Java for each (Spark's
+# own test suites run both modes; results are the same): a test's queries run once on a few
+# rows, and compiling them cost more than running them (measured: 11-22% of the CPU of
+# tests/interop/test_register.py and test_cli_first_run.py).
+os.environ.setdefault("SPARK_SUBMIT_OPTS",
+                      "-XX:TieredStopAtLevel=1 -Dspark.sql.codegen.factoryMode=NO_CODEGEN")
 
 
 def _child_pids() -> set[int]:

@@ -20,7 +20,9 @@ import volume_stream as vs
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "volume-stream")
-RUNS = 10
+# the exit status once came from a race at interpreter exit (a threaded scan still running,
+# guarded statically below): three runs in `make test`, ten in `make soak`
+RUNS = int(os.environ.get("VS_EXIT_RUNS", "3"))
 
 
 def clean_env() -> dict[str, str]:
@@ -29,7 +31,7 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("VOLUME_STREAM_")}
 
 
-def test_cli_stream_read_exits_0_ten_times(tmp_path):
+def test_cli_stream_read_exits_0_every_time(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     for i in range(5):
