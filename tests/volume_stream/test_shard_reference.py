@@ -14,10 +14,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import volume_stream as vs
-from directory_table.schema import PUBLIC_COLUMNS
+from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from tests.volume_stream.conftest import Events
 from volume_stream.shards.model import sequence_number
 from volume_stream.shards.pages import row_numbers, sequence_numbers
+from volume_stream.shards.sources import text_lengths
 
 _OLD = ("delete", "update_preimage")
 PATHS = ["a", "b/1", "b/2", "c/ünï", "d/x y", "e", "f/g/h", "z"]
@@ -25,6 +26,19 @@ PATHS = ["a", "b/1", "b/2", "c/ünï", "d/x y", "e", "f/g/h", "z"]
 commits = st.lists(st.dictionaries(st.sampled_from(PATHS),
                                    st.one_of(st.none(), st.integers(1, 3)), min_size=1),
                    min_size=1, max_size=4)
+
+
+def _size(image):
+    """DynamoDB's approximate bytes of an image (`sources.row_sizes`), value by value: names,
+    strings their length in characters, timestamps 32, other values 8."""
+    if image is None:
+        return 0
+    total = 0
+    for name, value in image.items():
+        kind = TABLE_SCHEMA.field(name).type
+        total += len(name) + (len(value or "") if pa.types.is_string(kind) else
+                              32 if pa.types.is_timestamp(kind) else 8)
+    return total
 
 
 def reference(table, shard, latest):
@@ -50,7 +64,8 @@ def reference(table, shard, latest):
         out.append({"sequence_number": sequence_number(version, row),
                     "event_name": "MODIFY" if old and new else "INSERT" if new else "REMOVE",
                     "keys": {"relative_path": path}, "old_image": old, "new_image": new,
-                    "shard_id": shard.shard_id, "commit_version": version})
+                    "shard_id": shard.shard_id, "commit_version": version,
+                    "size_bytes": _size({"relative_path": path}) + _size(old) + _size(new)})
     return out
 
 
@@ -64,7 +79,8 @@ def drain(log, shard_id, limit):
         arrow += page.to_pylist()
         records += [{"sequence_number": r.sequence_number, "event_name": r.event_name,
                      "keys": r.key, "old_image": r.old_image, "new_image": r.new_image,
-                     "shard_id": r.shard_id, "commit_version": r.commit_version}
+                     "shard_id": r.shard_id, "commit_version": r.commit_version,
+                     "size_bytes": r.size_bytes}
                     for r in same.records]
         if not page.num_rows:
             break
@@ -96,8 +112,6 @@ def test_pages_are_the_reference_records(commits, shards, limit, reshard):
             got = [{k: r[k] for k in want[0]} for r in arrow] if want else arrow
             assert got == want
             assert records == want
-            sizes = [r["size_bytes"] for r in arrow]
-            assert all(s > 0 for s in sizes)
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 10**10 - 1)), max_size=50))
@@ -126,3 +140,18 @@ def test_rows_read_back_from_sequence_numbers(positions, a, b):
     odd = pa.array(["1" + "0" * 19 + "7", *(sequence_number(v, r) for v, r in positions)])
     assert row_numbers(odd.slice(1)).tolist() == row.tolist()
     assert row_numbers(odd).tolist() == [7, *row.tolist()]  # not all 30 bytes: a cast
+
+
+texts = st.lists(st.one_of(st.none(), st.text(st.characters(exclude_categories=("Cs",)),
+                                              max_size=6)), max_size=30)
+
+
+@given(texts, texts, st.integers(0, 30), st.integers(0, 30))
+def test_text_lengths_are_utf8_lengths(a, b, lo, n):
+    """Chunks of ASCII (offsets) and of other text (decoded), nulls 0, sliced chunks."""
+    ascii_only = [None if t is None else t.encode("ascii", "replace").decode() for t in a]
+    col = pa.chunked_array([pa.array(ascii_only, pa.string()), pa.array(b, pa.string()),
+                            pa.array(b, pa.string()).slice(min(lo, len(b)), n)], pa.string())
+    want = [len(t) if t is not None else 0 for chunk in col.chunks for t in chunk.to_pylist()]
+    assert text_lengths(col).tolist() == want
+    assert text_lengths(col.chunk(2)).tolist() == want[len(a) + len(b):]

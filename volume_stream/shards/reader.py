@@ -137,7 +137,7 @@ class Window:
               ) -> np.ndarray:
         """Approximate bytes of records (DynamoDB's count: key, kept images)."""
         if self._sizes is None:
-            of = self._row_bytes or (lambda columns: row_sizes(self.rows, columns))
+            of = self._row_bytes or _RowBytes(self.rows, self.columns)
             self._sizes, self._key_sizes = of(self.columns), of(self.key_columns)
         either = np.where(new >= 0, new, old)
         total = self._key_sizes[either].copy()
@@ -205,11 +205,13 @@ class _RowBytes:
     def __init__(self, rows: pa.Table, columns: tuple[str, ...]):
         self.rows, self.columns = rows, columns
         self.made: dict[tuple[str, ...], np.ndarray] = {}
+        #: the string columns' lengths (an image's and the key's share the key column's)
+        self.lengths: dict[str, np.ndarray] = {}
 
     def __call__(self, columns: tuple[str, ...]) -> np.ndarray:
         made = self.made.get(columns)
         if made is None:
-            made = self.made[columns] = row_sizes(self.rows, columns)
+            made = self.made[columns] = row_sizes(self.rows, columns, self.lengths)
         return made
 
 
