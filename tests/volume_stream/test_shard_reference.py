@@ -123,6 +123,18 @@ def test_sequence_numbers_written_by_numpy_are_the_formatted_ones(positions):
     assert made.to_pylist() == [sequence_number(v, r) for v, r in positions]
 
 
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 40), st.integers(0, 3000)),
+                max_size=8))
+def test_sequence_numbers_of_runs_numbered_on(runs):
+    """Runs of one version whose rows count on by one (a window's, written run by run)."""
+    positions = [(v, first + k) for v, count, first in runs for k in range(count)]
+    version = np.array([v for v, _ in positions], np.int64)
+    row = np.array([r for _, r in positions], np.int64)
+    made = sequence_numbers(version, row)
+    assert made.validate(full=True) is None
+    assert made.to_pylist() == [sequence_number(v, r) for v, r in positions]
+
+
 @given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**32 - 1)), max_size=40),
        st.integers(0, 40), st.integers(0, 40))
 def test_rows_read_back_from_sequence_numbers(positions, a, b):

@@ -121,6 +121,8 @@ class Window:
         self._record_sizes: dict[tuple[bool, bool], np.ndarray] = {}
         #: blocks of this window's page table, made by `shards.pages` (per shard and view type)
         self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
+        #: columns of all its records that the blocks slice, made by `shards.pages` at once
+        self.made: dict[Any, Any] = {}
 
     def __len__(self) -> int:
         return len(self.version)
