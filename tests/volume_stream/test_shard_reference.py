@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import volume_stream as vs
 from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from tests.volume_stream.conftest import Events
+from volume_stream.shards.log import MAX_BYTES
 from volume_stream.shards.model import sequence_number
 from volume_stream.shards.pages import row_numbers, sequence_numbers
 from volume_stream.shards.sources import text_lengths
@@ -69,12 +70,14 @@ def reference(table, shard, latest):
     return out
 
 
-def drain(log, shard_id, limit):
+def drain(log, shard_id, limit, max_bytes=MAX_BYTES, pages=None):
     arrow, records, it = [], [], log.iterator(shard_id, "TRIM_HORIZON")
     while it:
-        page, nxt = log.get_records_arrow(it, limit)
-        same = log.get_records(it, limit)
+        page, nxt = log.get_records_arrow(it, limit, max_bytes=max_bytes)
+        same = log.get_records(it, limit, max_bytes=max_bytes)
         assert page.num_rows <= limit and page.num_rows == len(same.records)
+        if pages is not None and page.num_rows:
+            pages.append(page.num_rows)
         assert (nxt is None) == (same.next_iterator is None)
         arrow += page.to_pylist()
         records += [{"sequence_number": r.sequence_number, "event_name": r.event_name,
@@ -90,8 +93,9 @@ def drain(log, shard_id, limit):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(commits=commits, shards=st.integers(1, 4), limit=st.sampled_from([1, 2, 3, 1000]),
-       reshard=st.one_of(st.none(), st.integers(1, 3)))
-def test_pages_are_the_reference_records(commits, shards, limit, reshard):
+       reshard=st.one_of(st.none(), st.integers(1, 3)),
+       max_bytes=st.sampled_from([MAX_BYTES, 1, 200, 450]))
+def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes):
     assume(reshard is None or shards <= 2 * reshard)  # a child has at most two parents
     with tempfile.TemporaryDirectory() as tmp:
         cat = vs.connect(Path(tmp) / "wh")
@@ -107,11 +111,21 @@ def test_pages_are_the_reference_records(commits, shards, limit, reshard):
         latest = table.version()
         log = cat.change_log("v")
         for shard in log.shards():
-            arrow, records = drain(log, shard.shard_id, limit)
+            pages = []
+            arrow, records = drain(log, shard.shard_id, limit, max_bytes, pages)
             want = reference(table, shard, latest)
             got = [{k: r[k] for k in want[0]} for r in arrow] if want else arrow
             assert got == want
             assert records == want
+            # each page: the records up to the first whose running size passes max_bytes
+            # (at least one), at most `limit`
+            at = 0
+            for n in pages:
+                sizes = [r["size_bytes"] for r in want[at:at + limit + 1]]
+                fit = next((k for k in range(len(sizes)) if sum(sizes[:k + 1]) > max_bytes),
+                           len(sizes))
+                assert n == min(limit, len(sizes), max(1, fit))
+                at += n
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 10**10 - 1)), max_size=50))

@@ -28,7 +28,7 @@ from directory_table.storage import filesystem_for
 from volume_stream.shards.model import Shard
 from volume_stream.shards.sources import VolumeSource, row_sizes
 
-__all__ = ["CommitTimes", "Window", "empty_window", "pylist", "shard_window",
+__all__ = ["CommitTimes", "Window", "empty_window", "fitting", "pylist", "shard_window",
            "shard_windows"]
 
 _OLD = frozenset(("delete", "update_preimage"))
@@ -118,7 +118,7 @@ class Window:
         self._key_sizes: np.ndarray | None = None
         #: row sizes shared with sibling windows over the same rows (`_RowBytes`)
         self._row_bytes = row_bytes
-        self._record_sizes: dict[tuple[bool, bool], np.ndarray] = {}
+        self._record_sizes: dict[tuple[Any, ...], np.ndarray] = {}
         #: blocks of this window's page table, made by `shards.pages` (per shard and view type)
         self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
         #: columns of all its records that the blocks slice, made by `shards.pages` at once
@@ -141,12 +141,11 @@ class Window:
         if self._sizes is None:
             of = self._row_bytes or _RowBytes(self.rows, self.columns)
             self._sizes, self._key_sizes = of(self.columns), of(self.key_columns)
-        either = np.where(new >= 0, new, old)
-        total = self._key_sizes[either].copy()
-        if keep_old:
-            total += np.where(old >= 0, self._sizes[np.maximum(old, 0)], 0)
-        if keep_new:
-            total += np.where(new >= 0, self._sizes[np.maximum(new, 0)], 0)
+        total = self._key_sizes[np.where(new >= 0, new, old)]
+        for keep, rows in ((keep_old, old), (keep_new, new)):
+            if keep:
+                at = np.flatnonzero(rows >= 0)
+                total[at] += self._sizes[rows[at]]
         return total
 
     def record_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
@@ -156,6 +155,31 @@ class Window:
             made = self._record_sizes[keep_old, keep_new] = self.sizes(
                 self.old, self.new, keep_old, keep_new)
         return made
+
+    def running_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
+        """The running total of `record_sizes` (made once per view): the records i to j
+        weigh `running[j - 1] - running[i - 1]` (0 before the first)."""
+        made = self._record_sizes.get((keep_old, keep_new, "running"))
+        if made is None:
+            made = self._record_sizes[keep_old, keep_new, "running"] = np.cumsum(
+                self.record_sizes(keep_old, keep_new))
+        return made
+
+
+def fitting(slices: list[tuple[Window, int, int]], max_bytes: int, keep_old: bool,
+             keep_new: bool) -> int:
+    """How many records of the slices fit in `max_bytes`: those up to the first whose running
+    size passes it (at least one), from the windows' running sizes."""
+    taken, left = 0, max_bytes
+    for w, i, j in slices:
+        running = w.running_sizes(keep_old, keep_new)
+        before = int(running[i - 1]) if i else 0
+        k = int(np.searchsorted(running[i:j], before + left, side="right"))
+        if k < j - i:
+            return max(1, taken + k)
+        taken += k
+        left -= int(running[j - 1]) - before
+    return taken
 
 
 def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
