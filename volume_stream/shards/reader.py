@@ -282,23 +282,21 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
                                               col.take(pa.array(order[at + 1]))), False
                                      ).to_numpy(zero_copy_only=False)
         pair[at[same_key]] = True
-    perm = order if idx is None else idx[order]        # sorted rows, as rows of `cdf`
-    second = np.zeros(n, bool)
-    second[1:] = pair[:-1]
-    first = np.nonzero(~second)[0]                    # one record per first row
-    is_pair = pair[first]
-    old = np.where(is_pair | (phase[first] == 0), perm[first], -1)
-    new = np.where(is_pair, perm[np.minimum(first + 1, n - 1)],
-                   np.where(phase[first] == 1, perm[first], -1))
-    if is_pair.any():                                  # a no-op rewrite is no record
-        at = np.nonzero(is_pair)[0]
-        noop = np.zeros(len(first), bool)
-        noop[at] = _same(cdf, old[at], new[at], columns)
-        first, old, new = first[~noop], old[~noop], new[~noop]
-    rv = v[first]
+    perm = (order if idx is None else idx[order]).astype(np.int64, copy=False)  # rows of cdf
+    # one record per row but the second of a pair (a pair's first row is its old image)
+    first = np.flatnonzero(~np.r_[False, pair[:-1]]) if pair.any() else None
+    pf, phf, rv = (perm, phase, v) if first is None else (perm[first], phase[first], v[first])
+    old = np.where(phf == 0, pf, -1)
+    new = np.where(phf == 1, pf, -1)
+    if first is not None:
+        at = np.flatnonzero(pair[first])               # the records that are pairs
+        new[at] = perm[first[at] + 1]
+        noop = _same(cdf, old[at], new[at], columns)   # a no-op rewrite is no record
+        if noop.any():
+            kept = np.ones(len(first), bool)
+            kept[at[noop]] = False
+            rv, old, new = rv[kept], old[kept], new[kept]
     ar = np.arange(len(rv))
-    starts = np.r_[True, rv[1:] != rv[:-1]] if len(rv) else np.zeros(0, bool)
-    row = ar - np.maximum.accumulate(np.where(starts, ar, 0)) if len(rv) else empty
-    return Window(cdf, rv.astype(np.int64, copy=False), row.astype(np.int64, copy=False),
-                  old.astype(np.int64, copy=False), new.astype(np.int64, copy=False), key,
-                  columns, shared)
+    starts = np.flatnonzero(np.r_[True, rv[1:] != rv[:-1]]) if len(rv) else empty
+    row = ar - np.repeat(starts, np.diff(np.r_[starts, len(rv)])) if len(rv) else empty
+    return Window(cdf, rv.astype(np.int64, copy=False), row, old, new, key, columns, shared)
