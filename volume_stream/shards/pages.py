@@ -131,8 +131,9 @@ def _fixed_width(items: np.ndarray, width: int) -> pa.Array:
 
 def _events(old: np.ndarray, new: np.ndarray) -> pa.Array:
     """INSERT (a new image only), MODIFY (both) or REMOVE (the old one only) per record."""
-    kind = np.where(new >= 0, np.where(old >= 0, 1, 0), 2)
-    if len(kind) and (kind == kind[0]).all():  # a block of inserts, say
+    kind = (old >= 0).astype(np.int8)
+    kind[new < 0] = 2
+    if len(kind) and kind.min() == kind.max():  # a window of inserts, say
         return pa.repeat(pa.scalar(_EVENTS[kind[0]].tobytes().decode(), pa.string()),
                          len(kind))
     return _fixed_width(_EVENTS[kind], 6)

@@ -116,6 +116,7 @@ class Window:
                                                                                copy=False)
         self._sizes: np.ndarray | None = None
         self._key_sizes: np.ndarray | None = None
+        self._both: np.ndarray | None = None
         #: row sizes shared with sibling windows over the same rows (`_RowBytes`)
         self._row_bytes = row_bytes
         self._record_sizes: dict[tuple[Any, ...], np.ndarray] = {}
@@ -141,11 +142,16 @@ class Window:
         if self._sizes is None:
             of = self._row_bytes or _RowBytes(self.rows, self.columns)
             self._sizes, self._key_sizes = of(self.columns), of(self.key_columns)
-        total = self._key_sizes[np.where(new >= 0, new, old)]
-        for keep, rows in ((keep_old, old), (keep_new, new)):
-            if keep:
-                at = np.flatnonzero(rows >= 0)
-                total[at] += self._sizes[rows[at]]
+            self._both = of.both(self.columns, self.key_columns)
+        # by the new image's row (its key and, when kept, image at once), then the records
+        # without one (by the old image's key) and those with an old image kept (few, mostly)
+        by_new = self._both if keep_new else self._key_sizes
+        total = by_new[np.maximum(new, 0)]
+        gone = np.flatnonzero(new < 0)
+        total[gone] = self._key_sizes[old[gone]]
+        if keep_old:
+            at = np.flatnonzero(old >= 0)
+            total[at] += self._sizes[old[at]]
         return total
 
     def record_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
@@ -230,7 +236,7 @@ class _RowBytes:
 
     def __init__(self, rows: pa.Table, columns: tuple[str, ...]):
         self.rows, self.columns = rows, columns
-        self.made: dict[tuple[str, ...], np.ndarray] = {}
+        self.made: dict[tuple[Any, ...], np.ndarray] = {}
         #: the string columns' lengths (an image's and the key's share the key column's)
         self.lengths: dict[str, np.ndarray] = {}
 
@@ -238,6 +244,13 @@ class _RowBytes:
         made = self.made.get(columns)
         if made is None:
             made = self.made[columns] = row_sizes(self.rows, columns, self.lengths)
+        return made
+
+    def both(self, columns: tuple[str, ...], key: tuple[str, ...]) -> np.ndarray:
+        """An image's size and its key's, per row (a record with a new image)."""
+        made = self.made.get(("+", columns, key))
+        if made is None:
+            made = self.made[("+", columns, key)] = self(columns) + self(key)
         return made
 
 
