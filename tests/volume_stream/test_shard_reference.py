@@ -45,6 +45,7 @@ def _size(image):
 def reference(table, shard, latest):
     """The records of `shard` as dicts, made from the plain CDF row by row."""
     cdf = table.changes(0, latest).to_pylist()
+    when = {h["version"]: h["timestamp"] for h in table.history()}
     by_key: dict[tuple[int, str], dict] = {}
     for row in cdf:
         if not shard.bucket_lo <= row["_bucket"] < shard.bucket_hi:
@@ -66,7 +67,7 @@ def reference(table, shard, latest):
                     "event_name": "MODIFY" if old and new else "INSERT" if new else "REMOVE",
                     "keys": {"relative_path": path}, "old_image": old, "new_image": new,
                     "shard_id": shard.shard_id, "commit_version": version,
-                    "size_bytes": _size({"relative_path": path}) + _size(old) + _size(new)})
+                    "commit_timestamp": when[version], "size_bytes": _size({"relative_path": path}) + _size(old) + _size(new)})
     return out
 
 
@@ -83,7 +84,7 @@ def drain(log, shard_id, limit, max_bytes=MAX_BYTES, pages=None):
         records += [{"sequence_number": r.sequence_number, "event_name": r.event_name,
                      "keys": r.key, "old_image": r.old_image, "new_image": r.new_image,
                      "shard_id": r.shard_id, "commit_version": r.commit_version,
-                     "size_bytes": r.size_bytes}
+                     "commit_timestamp": r.commit_timestamp, "size_bytes": r.size_bytes}
                     for r in same.records]
         if not page.num_rows:
             break

@@ -216,13 +216,15 @@ def _whole(window: Window, commit_time: Callable[[int], datetime]) -> dict[str, 
     made = window.made.get("whole")
     if made is None:
         v, old, new = window.version, window.old, window.new
-        distinct, where = _distinct(v)
-        when = np.array([_micros(commit_time(int(x))) for x in distinct.tolist()], np.int64)
+        starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]]) if len(v) else \
+            np.zeros(0, np.int64)                      # runs of one version
+        when = np.array([_micros(commit_time(int(v[a]))) for a in starts.tolist()], np.int64)
         made = window.made["whole"] = {
             "sequence_number": sequence_numbers(v, window.row),
             "event_name": _events(old, new),
             "commit_version": pa.array(v, pa.int64()),
-            "commit_timestamp": pa.array(when[where]).view(_TS)}
+            "commit_timestamp": pa.array(np.repeat(when, np.diff(np.r_[starts, len(v)]))
+                                         ).view(_TS)}
     return made
 
 
