@@ -48,6 +48,7 @@ class IteratorSigner:
 
     def __init__(self, location: Location, ttl_s: float = ITERATOR_TTL_S):
         self._key = _load_key(location)
+        self._mac = hmac.new(self._key, digestmod=hashlib.sha256)
         self.ttl_s = ttl_s
         #: the payloads of the tokens this signer issued last (a reader hands each back)
         self._issued: dict[str, dict[str, Any]] = {}
@@ -55,7 +56,9 @@ class IteratorSigner:
     def sign(self, payload: dict[str, Any], issued_at: float) -> str:
         signed = {**payload, "iat": round(issued_at, 3)}
         body = _ENCODE(signed).encode()
-        mac = hmac.digest(self._key, body, hashlib.sha256)
+        mac = self._mac.copy()  # the key's pads hashed once, not per token
+        mac.update(body)
+        mac = mac.digest()
         token = f"{_b64(body)}.{_b64(mac)}"
         if len(self._issued) >= _REMEMBERED:
             self._issued.pop(next(iter(self._issued)))
