@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import volume_stream as vs
 from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from tests.volume_stream.conftest import Events
+from volume_stream.shards import pages
 from volume_stream.shards.log import MAX_BYTES
 from volume_stream.shards.model import sequence_number
 from volume_stream.shards.pages import row_numbers, sequence_numbers
@@ -95,9 +96,20 @@ def drain(log, shard_id, limit, max_bytes=MAX_BYTES, pages=None):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(commits=commits, shards=st.integers(1, 4), limit=st.sampled_from([1, 2, 3, 1000]),
        reshard=st.one_of(st.none(), st.integers(1, 3)),
-       max_bytes=st.sampled_from([MAX_BYTES, 1, 200, 450]))
-def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes):
+       max_bytes=st.sampled_from([MAX_BYTES, 1, 200, 450]),
+       block=st.sampled_from([pages.TABLE_BLOCK, 1, 3]))
+def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes, block):
+    """`block`: page tables made in blocks of that many records (the window-wide columns
+    sliced at each block's start; pages within and across blocks)."""
     assume(reshard is None or shards <= 2 * reshard)  # a child has at most two parents
+    default, pages.TABLE_BLOCK = pages.TABLE_BLOCK, block
+    try:
+        _check_pages(commits, shards, limit, reshard, max_bytes)
+    finally:
+        pages.TABLE_BLOCK = default
+
+
+def _check_pages(commits, shards, limit, reshard, max_bytes):
     with tempfile.TemporaryDirectory() as tmp:
         cat = vs.connect(Path(tmp) / "wh")
         data = Path(tmp) / "data"
