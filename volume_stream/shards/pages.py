@@ -228,7 +228,7 @@ def _whole(window: Window, commit_time: Callable[[int], datetime]) -> dict[str, 
     return made
 
 
-def _repeated(window: Window, key: str, n: int, make: Callable[[int], pa.Array]) -> pa.Array:
+def _repeated(window: Window, key: Any, n: int, make: Callable[[int], pa.Array]) -> pa.Array:
     """`make(m)` for a block-sized m, kept with the window, sliced to n (no array per block
     of a shard id or of null images)."""
     made = window.made.get(key)
