@@ -432,11 +432,11 @@ class DirectoryTable:
         return _reads.snapshot(dt, list(columns or TABLE_SCHEMA.names), buckets, path=self.path,
                                latest=self.version(), storage_options=self.storage_options)
 
-    def changes(self, after_version: int, up_to_version: int, *,
-                buckets: Iterable[int] | None = None) -> pa.Table:
+    def changes(self, after_version: int, up_to_version: int, *, buckets: Iterable[int] |
+                None = None, columns: Iterable[str] | None = None) -> pa.Table:
         """The change data feed of versions (after_version, up_to_version]: O(changes)
-        (`directory_table.cdf.changes`)."""
-        return changes(self, after_version, up_to_version, buckets)
+        (`directory_table.cdf.changes`; `columns`: only those and the change columns)."""
+        return changes(self, after_version, up_to_version, buckets, columns)
 
     def history(self, limit: int | None = None) -> list[dict]:
         """Commits newest first: version, timestamp (UTC datetime), operation, metrics."""

@@ -14,10 +14,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import volume_stream as vs
-from directory_table.schema import PUBLIC_COLUMNS
+from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from tests.volume_stream.conftest import Events
+from volume_stream.shards import pages
+from volume_stream.shards.log import MAX_BYTES
 from volume_stream.shards.model import sequence_number
 from volume_stream.shards.pages import row_numbers, sequence_numbers
+from volume_stream.shards.sources import text_lengths
 
 _OLD = ("delete", "update_preimage")
 PATHS = ["a", "b/1", "b/2", "c/ünï", "d/x y", "e", "f/g/h", "z"]
@@ -27,9 +30,23 @@ commits = st.lists(st.dictionaries(st.sampled_from(PATHS),
                    min_size=1, max_size=4)
 
 
+def _size(image):
+    """DynamoDB's approximate bytes of an image (`sources.row_sizes`), value by value: names,
+    strings their length in characters, timestamps 32, other values 8."""
+    if image is None:
+        return 0
+    total = 0
+    for name, value in image.items():
+        kind = TABLE_SCHEMA.field(name).type
+        total += len(name) + (len(value or "") if pa.types.is_string(kind) else
+                              32 if pa.types.is_timestamp(kind) else 8)
+    return total
+
+
 def reference(table, shard, latest):
     """The records of `shard` as dicts, made from the plain CDF row by row."""
     cdf = table.changes(0, latest).to_pylist()
+    when = {h["version"]: h["timestamp"] for h in table.history()}
     by_key: dict[tuple[int, str], dict] = {}
     for row in cdf:
         if not shard.bucket_lo <= row["_bucket"] < shard.bucket_hi:
@@ -50,21 +67,25 @@ def reference(table, shard, latest):
         out.append({"sequence_number": sequence_number(version, row),
                     "event_name": "MODIFY" if old and new else "INSERT" if new else "REMOVE",
                     "keys": {"relative_path": path}, "old_image": old, "new_image": new,
-                    "shard_id": shard.shard_id, "commit_version": version})
+                    "shard_id": shard.shard_id, "commit_version": version,
+                    "commit_timestamp": when[version], "size_bytes": _size({"relative_path": path}) + _size(old) + _size(new)})
     return out
 
 
-def drain(log, shard_id, limit):
+def drain(log, shard_id, limit, max_bytes=MAX_BYTES, pages=None):
     arrow, records, it = [], [], log.iterator(shard_id, "TRIM_HORIZON")
     while it:
-        page, nxt = log.get_records_arrow(it, limit)
-        same = log.get_records(it, limit)
+        page, nxt = log.get_records_arrow(it, limit, max_bytes=max_bytes)
+        same = log.get_records(it, limit, max_bytes=max_bytes)
         assert page.num_rows <= limit and page.num_rows == len(same.records)
+        if pages is not None and page.num_rows:
+            pages.append(page.num_rows)
         assert (nxt is None) == (same.next_iterator is None)
         arrow += page.to_pylist()
         records += [{"sequence_number": r.sequence_number, "event_name": r.event_name,
                      "keys": r.key, "old_image": r.old_image, "new_image": r.new_image,
-                     "shard_id": r.shard_id, "commit_version": r.commit_version}
+                     "shard_id": r.shard_id, "commit_version": r.commit_version,
+                     "commit_timestamp": r.commit_timestamp, "size_bytes": r.size_bytes}
                     for r in same.records]
         if not page.num_rows:
             break
@@ -74,9 +95,21 @@ def drain(log, shard_id, limit):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(commits=commits, shards=st.integers(1, 4), limit=st.sampled_from([1, 2, 3, 1000]),
-       reshard=st.one_of(st.none(), st.integers(1, 3)))
-def test_pages_are_the_reference_records(commits, shards, limit, reshard):
+       reshard=st.one_of(st.none(), st.integers(1, 3)),
+       max_bytes=st.sampled_from([MAX_BYTES, 1, 200, 450]),
+       block=st.sampled_from([pages.TABLE_BLOCK, 1, 3]))
+def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes, block):
+    """`block`: page tables made in blocks of that many records (the window-wide columns
+    sliced at each block's start; pages within and across blocks)."""
     assume(reshard is None or shards <= 2 * reshard)  # a child has at most two parents
+    default, pages.TABLE_BLOCK = pages.TABLE_BLOCK, block
+    try:
+        _check_pages(commits, shards, limit, reshard, max_bytes)
+    finally:
+        pages.TABLE_BLOCK = default
+
+
+def _check_pages(commits, shards, limit, reshard, max_bytes):
     with tempfile.TemporaryDirectory() as tmp:
         cat = vs.connect(Path(tmp) / "wh")
         data = Path(tmp) / "data"
@@ -91,13 +124,21 @@ def test_pages_are_the_reference_records(commits, shards, limit, reshard):
         latest = table.version()
         log = cat.change_log("v")
         for shard in log.shards():
-            arrow, records = drain(log, shard.shard_id, limit)
+            pages = []
+            arrow, records = drain(log, shard.shard_id, limit, max_bytes, pages)
             want = reference(table, shard, latest)
             got = [{k: r[k] for k in want[0]} for r in arrow] if want else arrow
             assert got == want
             assert records == want
-            sizes = [r["size_bytes"] for r in arrow]
-            assert all(s > 0 for s in sizes)
+            # each page: the records up to the first whose running size passes max_bytes
+            # (at least one), at most `limit`
+            at = 0
+            for n in pages:
+                sizes = [r["size_bytes"] for r in want[at:at + limit + 1]]
+                fit = next((k for k in range(len(sizes)) if sum(sizes[:k + 1]) > max_bytes),
+                           len(sizes))
+                assert n == min(limit, len(sizes), max(1, fit))
+                at += n
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 10**10 - 1)), max_size=50))
@@ -106,6 +147,18 @@ def test_sequence_numbers_written_by_numpy_are_the_formatted_ones(positions):
     row = np.array([r for _, r in positions], np.int64)
     made = sequence_numbers(version, row)
     assert made.type == pa.string() and made.validate(full=True) is None
+    assert made.to_pylist() == [sequence_number(v, r) for v, r in positions]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 40), st.integers(0, 3000)),
+                max_size=8))
+def test_sequence_numbers_of_runs_numbered_on(runs):
+    """Runs of one version whose rows count on by one (a window's, written run by run)."""
+    positions = [(v, first + k) for v, count, first in runs for k in range(count)]
+    version = np.array([v for v, _ in positions], np.int64)
+    row = np.array([r for _, r in positions], np.int64)
+    made = sequence_numbers(version, row)
+    assert made.validate(full=True) is None
     assert made.to_pylist() == [sequence_number(v, r) for v, r in positions]
 
 
@@ -126,3 +179,18 @@ def test_rows_read_back_from_sequence_numbers(positions, a, b):
     odd = pa.array(["1" + "0" * 19 + "7", *(sequence_number(v, r) for v, r in positions)])
     assert row_numbers(odd.slice(1)).tolist() == row.tolist()
     assert row_numbers(odd).tolist() == [7, *row.tolist()]  # not all 30 bytes: a cast
+
+
+texts = st.lists(st.one_of(st.none(), st.text(st.characters(exclude_categories=("Cs",)),
+                                              max_size=6)), max_size=30)
+
+
+@given(texts, texts, st.integers(0, 30), st.integers(0, 30))
+def test_text_lengths_are_utf8_lengths(a, b, lo, n):
+    """Chunks of ASCII (offsets) and of other text (decoded), nulls 0, sliced chunks."""
+    ascii_only = [None if t is None else t.encode("ascii", "replace").decode() for t in a]
+    col = pa.chunked_array([pa.array(ascii_only, pa.string()), pa.array(b, pa.string()),
+                            pa.array(b, pa.string()).slice(min(lo, len(b)), n)], pa.string())
+    want = [len(t) if t is not None else 0 for chunk in col.chunks for t in chunk.to_pylist()]
+    assert text_lengths(col).tolist() == want
+    assert text_lengths(col.chunk(2)).tolist() == want[len(a) + len(b):]

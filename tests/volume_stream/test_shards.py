@@ -353,7 +353,7 @@ def test_pairing_of_a_version_merges_delete_insert_and_drops_noops():
         row("gone", 5, "delete", 3)], _CDF_SCHEMA)                         # in any order
 
     class Table:
-        def changes(self, after, up_to, buckets=None):
+        def changes(self, after, up_to, buckets=None, columns=None):
             return cdf
 
         def layout(self):

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from volume_stream.errors import (
@@ -43,7 +42,7 @@ from volume_stream.shards.model import (
     parse_sequence_number,
 )
 from volume_stream.shards.pages import arrow_page, page_records
-from volume_stream.shards.reader import CommitTimes, Window, empty_window, shard_windows
+from volume_stream.shards.reader import CommitTimes, Window, empty_window, fitting, shard_windows
 from volume_stream.shards.sources import TableSource, VolumeSource
 from volume_stream.tables.keys import key_columns
 from volume_stream.tables.store import ROW_ID
@@ -443,7 +442,6 @@ class ChangeLog:
         keep_old = self.view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
         keep_new = self.view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
         slices: list[tuple[Window, int, int]] = []
-        sizes: list[np.ndarray] = []
         count, window = 0, None
         with converted(f"{self.kind} {self.volume!r}"):
             oldest = self.oldest_version()
@@ -460,14 +458,11 @@ class ChangeLog:
                 j = min(len(window), i + limit + 1 - count)
                 if j > i:
                     slices.append((window, i, j))
-                    sizes.append(window.record_sizes(keep_old, keep_new)[i:j])
                     count += j - i
                 a = b
         keep = min(count, limit)
-        # the records up to the first whose running size passes max_bytes (at least one)
         if keep:
-            running = np.cumsum(np.concatenate(sizes)[:keep])
-            keep = min(keep, max(1, int(np.searchsorted(running, max_bytes, side="right"))))
+            keep = min(keep, fitting(slices, max_bytes, keep_old, keep_new))
         cut = keep < count
         if cut:
             trimmed, left = [], keep

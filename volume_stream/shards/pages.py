@@ -47,7 +47,10 @@ _US = timedelta(microseconds=1)
 #: the digits of 0 to 99 and of 0 to 9999, as byte strings; a sequence number's bytes
 _DIGITS2 = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), "V2")
 _DIGITS4 = np.frombuffer("".join(f"{k:04d}" for k in range(10_000)).encode(), "V4")
-_SEQ = np.dtype([("version", "V20"), ("row_hi", "V2"), ("row_mid", "V4"), ("row_lo", "V4")])
+_SEQ = np.dtype([("version", "V20"), ("row", "V10")])
+_ROW = np.dtype([("hi", "V2"), ("mid", "V4"), ("lo", "V4")])
+#: at most this many runs of one version are written run by run
+_RUNS = 4096
 #: records of a window made into its page table at once (a page is a slice of one or two)
 TABLE_BLOCK = 16384
 _BLOCKS_KEPT = 4
@@ -128,26 +131,55 @@ def _fixed_width(items: np.ndarray, width: int) -> pa.Array:
 
 def _events(old: np.ndarray, new: np.ndarray) -> pa.Array:
     """INSERT (a new image only), MODIFY (both) or REMOVE (the old one only) per record."""
-    kind = np.where(new >= 0, np.where(old >= 0, 1, 0), 2)
-    if len(kind) and (kind == kind[0]).all():  # a block of inserts, say
+    kind = (old >= 0).astype(np.int8)
+    kind[new < 0] = 2
+    if len(kind) and kind.min() == kind.max():  # a window of inserts, say
         return pa.repeat(pa.scalar(_EVENTS[kind[0]].tobytes().decode(), pa.string()),
                          len(kind))
     return _fixed_width(_EVENTS[kind], 6)
 
 
+def _row_texts(top: int) -> np.ndarray:
+    """The 10-digit texts of rows 0 to `top` - 1 (V10), from tables of two and four digits."""
+    r = np.arange(top, dtype=np.int64)
+    text = np.empty(top, _ROW)
+    text["hi"] = _DIGITS2[r // 100_000_000 % 100]
+    text["mid"] = _DIGITS4[r // 10_000 % 10_000]
+    text["lo"] = _DIGITS4[r % 10_000]
+    return text.view("V10")
+
+
 def sequence_numbers(version: np.ndarray, row: np.ndarray) -> pa.Array:
     """The sequence numbers ("1" + version in 19 digits + row in 10) of records, written as
-    bytes by numpy: each distinct version's 20 bytes made once and gathered, the row's from
-    tables of two and four digits (a cast and a pad per record cost ~10x as much)."""
+    bytes by numpy (a cast and a pad per record cost ~10x as much): each run of one version
+    gets its 20 bytes as one fill, and rows numbered on from the run's first (as a window's
+    are: 0, 1, 2 ... in each version) a slice of one table of row texts; other rows are
+    gathered from tables of two and four digits."""
     n = len(version)
+    text = np.empty(n, _SEQ)
+    bounds = np.flatnonzero(np.r_[True, version[1:] != version[:-1], True]) if n else \
+        np.zeros(1, np.int64)
+    starts, ends = bounds[:-1], bounds[1:]
+    rest = row.astype(np.int64, copy=False)
+    first = np.zeros(n, bool)
+    first[starts[starts < n]] = True
+    # every row not a run's first is the one before it + 1
+    numbered = 0 < len(starts) <= _RUNS and bool(((np.diff(rest) == 1) | first[1:]).all())
+    top = int((rest[ends - 1] + 1).max()) if n else 0
+    if n and numbered and rest[starts].min() >= 0 and top <= max(2 * n, 1024):
+        rows = _row_texts(top)
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            text["version"][a:b] = np.frombuffer(f"1{int(version[a]):019d}".encode(), "V20")[0]
+            r0 = int(rest[a])
+            text["row"][a:b] = rows[r0:r0 + b - a]
+        return _fixed_width(text, 30)
     distinct, where = _distinct(version)
     prefix = np.frombuffer("".join(f"1{x:019d}" for x in distinct.tolist()).encode(), "V20")
-    text = np.empty(n, _SEQ)
     text["version"] = prefix[where]
-    rest = row.astype(np.int64, copy=False)
-    text["row_hi"] = _DIGITS2[rest // 100_000_000 % 100]
-    text["row_mid"] = _DIGITS4[rest // 10_000 % 10_000]
-    text["row_lo"] = _DIGITS4[rest % 10_000]
+    parts = text["row"].view(_ROW) if n else np.empty(0, _ROW)
+    parts["hi"] = _DIGITS2[rest // 100_000_000 % 100]
+    parts["mid"] = _DIGITS4[rest // 10_000 % 10_000]
+    parts["lo"] = _DIGITS4[rest % 10_000]
     return _fixed_width(text, 30)
 
 
@@ -177,34 +209,65 @@ def _null_struct(rows: pa.Table, columns: tuple[str, ...], n: int) -> pa.Array:
     return pa.nulls(n, pa.struct([rows.schema.field(c) for c in columns]))
 
 
+def _whole(window: Window, commit_time: Callable[[int], datetime]) -> dict[str, pa.Array]:
+    """The columns of all the window's records that depend on neither shard nor view type
+    (sequence numbers, event names, versions, commit times), made once for its blocks to
+    slice: per record, numpy's work over the whole window costs less than per block."""
+    made = window.made.get("whole")
+    if made is None:
+        v, old, new = window.version, window.old, window.new
+        starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]]) if len(v) else \
+            np.zeros(0, np.int64)                      # runs of one version
+        when = np.array([_micros(commit_time(int(v[a]))) for a in starts.tolist()], np.int64)
+        made = window.made["whole"] = {
+            "sequence_number": sequence_numbers(v, window.row),
+            "event_name": _events(old, new),
+            "commit_version": pa.array(v, pa.int64()),
+            "commit_timestamp": pa.array(np.repeat(when, np.diff(np.r_[starts, len(v)]))
+                                         ).view(_TS)}
+    return made
+
+
+def _repeated(window: Window, key: Any, n: int, make: Callable[[int], pa.Array]) -> pa.Array:
+    """`make(m)` for a block-sized m, kept with the window, sliced to n (no array per block
+    of a shard id or of null images)."""
+    made = window.made.get(key)
+    if made is None or len(made) < n:
+        made = window.made[key] = make(max(n, min(len(window), TABLE_BLOCK)))
+    return made.slice(0, n)
+
+
 def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
                  commit_time: Callable[[int], datetime]) -> pa.Table:
     old, new = window.old[i:j], window.new[i:j]
     keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
     keep_new = view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
-    v, r = window.version[i:j], window.row[i:j]
-    n = len(v)
-    seqs = sequence_numbers(v, r)
-    events = _events(old, new)
-    either = np.where(new >= 0, new, old)
+    n = j - i
+    whole = _whole(window, commit_time)
     rows, cols = window.rows, window.columns
-    distinct, where = _distinct(v)
-    when = np.array([_micros(commit_time(int(x))) for x in distinct.tolist()], np.int64)
-    times = pa.array(when[where]).view(_TS)
-    new_image = _struct(rows, cols, new) if keep_new else _null_struct(rows, cols, n)
+    images = ("images", cols)
+
+    def no_images(m: int) -> pa.Array:
+        return _null_struct(rows, cols, m)
+
+    new_image = _struct(rows, cols, new) if keep_new else _repeated(window, images, n, no_images)
     keys = window.key_columns
     if keep_new and n and new.min() >= 0 and set(keys) <= set(cols):
         # every record has a new image: the keys are its key columns (no second take)
         keys_col = pa.StructArray.from_arrays([new_image.field(k) for k in keys],
                                               fields=[rows.schema.field(k) for k in keys])
     else:
-        keys_col = _struct(rows, keys, either)
+        keys_col = _struct(rows, keys, np.where(new >= 0, new, old))
+    old_image = _struct(rows, cols, old) if keep_old and n and old.max() >= 0 else \
+        _repeated(window, images, n, no_images)
+    shard_id = _repeated(window, ("shard", shard.shard_id), n, lambda m: pa.repeat(
+        pa.scalar(shard.shard_id, pa.string()), m))
     return pa.table({
-        "sequence_number": seqs, "event_name": events, "keys": keys_col,
-        "old_image": _struct(rows, cols, old) if keep_old else _null_struct(rows, cols, n),
-        "new_image": new_image,
-        "shard_id": pa.repeat(pa.scalar(shard.shard_id, pa.string()), n),
-        "commit_version": pa.array(v, pa.int64()), "commit_timestamp": times,
+        "sequence_number": whole["sequence_number"].slice(i, n),
+        "event_name": whole["event_name"].slice(i, n), "keys": keys_col,
+        "old_image": old_image, "new_image": new_image, "shard_id": shard_id,
+        "commit_version": whole["commit_version"].slice(i, n),
+        "commit_timestamp": whole["commit_timestamp"].slice(i, n),
         "size_bytes": pa.array(window.record_sizes(keep_old, keep_new)[i:j], pa.int64())})
 
 

@@ -28,7 +28,7 @@ from directory_table.storage import filesystem_for
 from volume_stream.shards.model import Shard
 from volume_stream.shards.sources import VolumeSource, row_sizes
 
-__all__ = ["CommitTimes", "Window", "empty_window", "pylist", "shard_window",
+__all__ = ["CommitTimes", "Window", "empty_window", "fitting", "pylist", "shard_window",
            "shard_windows"]
 
 _OLD = frozenset(("delete", "update_preimage"))
@@ -116,11 +116,14 @@ class Window:
                                                                                copy=False)
         self._sizes: np.ndarray | None = None
         self._key_sizes: np.ndarray | None = None
+        self._both: np.ndarray | None = None
         #: row sizes shared with sibling windows over the same rows (`_RowBytes`)
         self._row_bytes = row_bytes
-        self._record_sizes: dict[tuple[bool, bool], np.ndarray] = {}
+        self._record_sizes: dict[tuple[Any, ...], np.ndarray] = {}
         #: blocks of this window's page table, made by `shards.pages` (per shard and view type)
         self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
+        #: columns of all its records that the blocks slice, made by `shards.pages` at once
+        self.made: dict[Any, Any] = {}
 
     def __len__(self) -> int:
         return len(self.version)
@@ -137,14 +140,18 @@ class Window:
               ) -> np.ndarray:
         """Approximate bytes of records (DynamoDB's count: key, kept images)."""
         if self._sizes is None:
-            of = self._row_bytes or (lambda columns: row_sizes(self.rows, columns))
+            of = self._row_bytes or _RowBytes(self.rows, self.columns)
             self._sizes, self._key_sizes = of(self.columns), of(self.key_columns)
-        either = np.where(new >= 0, new, old)
-        total = self._key_sizes[either].copy()
+            self._both = of.both(self.columns, self.key_columns)
+        # by the new image's row (its key and, when kept, image at once), then the records
+        # without one (by the old image's key) and those with an old image kept (few, mostly)
+        by_new = self._both if keep_new else self._key_sizes
+        total = by_new[np.maximum(new, 0)]
+        gone = np.flatnonzero(new < 0)
+        total[gone] = self._key_sizes[old[gone]]
         if keep_old:
-            total += np.where(old >= 0, self._sizes[np.maximum(old, 0)], 0)
-        if keep_new:
-            total += np.where(new >= 0, self._sizes[np.maximum(new, 0)], 0)
+            at = np.flatnonzero(old >= 0)
+            total[at] += self._sizes[old[at]]
         return total
 
     def record_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
@@ -154,6 +161,31 @@ class Window:
             made = self._record_sizes[keep_old, keep_new] = self.sizes(
                 self.old, self.new, keep_old, keep_new)
         return made
+
+    def running_sizes(self, keep_old: bool, keep_new: bool) -> np.ndarray:
+        """The running total of `record_sizes` (made once per view): the records i to j
+        weigh `running[j - 1] - running[i - 1]` (0 before the first)."""
+        made = self._record_sizes.get((keep_old, keep_new, "running"))
+        if made is None:
+            made = self._record_sizes[keep_old, keep_new, "running"] = np.cumsum(
+                self.record_sizes(keep_old, keep_new))
+        return made
+
+
+def fitting(slices: list[tuple[Window, int, int]], max_bytes: int, keep_old: bool,
+             keep_new: bool) -> int:
+    """How many records of the slices fit in `max_bytes`: those up to the first whose running
+    size passes it (at least one), from the windows' running sizes."""
+    taken, left = 0, max_bytes
+    for w, i, j in slices:
+        running = w.running_sizes(keep_old, keep_new)
+        before = int(running[i - 1]) if i else 0
+        k = int(np.searchsorted(running[i:j], before + left, side="right"))
+        if k < j - i:
+            return max(1, taken + k)
+        taken += k
+        left -= int(running[j - 1]) - before
+    return taken
 
 
 def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
@@ -204,12 +236,21 @@ class _RowBytes:
 
     def __init__(self, rows: pa.Table, columns: tuple[str, ...]):
         self.rows, self.columns = rows, columns
-        self.made: dict[tuple[str, ...], np.ndarray] = {}
+        self.made: dict[tuple[Any, ...], np.ndarray] = {}
+        #: the string columns' lengths (an image's and the key's share the key column's)
+        self.lengths: dict[str, np.ndarray] = {}
 
     def __call__(self, columns: tuple[str, ...]) -> np.ndarray:
         made = self.made.get(columns)
         if made is None:
-            made = self.made[columns] = row_sizes(self.rows, columns)
+            made = self.made[columns] = row_sizes(self.rows, columns, self.lengths)
+        return made
+
+    def both(self, columns: tuple[str, ...], key: tuple[str, ...]) -> np.ndarray:
+        """An image's size and its key's, per row (a record with a new image)."""
+        made = self.made.get(("+", columns, key))
+        if made is None:
+            made = self.made[("+", columns, key)] = self(columns) + self(key)
         return made
 
 
@@ -254,23 +295,21 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
                                               col.take(pa.array(order[at + 1]))), False
                                      ).to_numpy(zero_copy_only=False)
         pair[at[same_key]] = True
-    perm = order if idx is None else idx[order]        # sorted rows, as rows of `cdf`
-    second = np.zeros(n, bool)
-    second[1:] = pair[:-1]
-    first = np.nonzero(~second)[0]                    # one record per first row
-    is_pair = pair[first]
-    old = np.where(is_pair | (phase[first] == 0), perm[first], -1)
-    new = np.where(is_pair, perm[np.minimum(first + 1, n - 1)],
-                   np.where(phase[first] == 1, perm[first], -1))
-    if is_pair.any():                                  # a no-op rewrite is no record
-        at = np.nonzero(is_pair)[0]
-        noop = np.zeros(len(first), bool)
-        noop[at] = _same(cdf, old[at], new[at], columns)
-        first, old, new = first[~noop], old[~noop], new[~noop]
-    rv = v[first]
+    perm = (order if idx is None else idx[order]).astype(np.int64, copy=False)  # rows of cdf
+    # one record per row but the second of a pair (a pair's first row is its old image)
+    first = np.flatnonzero(~np.r_[False, pair[:-1]]) if pair.any() else None
+    pf, phf, rv = (perm, phase, v) if first is None else (perm[first], phase[first], v[first])
+    old = np.where(phf == 0, pf, -1)
+    new = np.where(phf == 1, pf, -1)
+    if first is not None:
+        at = np.flatnonzero(pair[first])               # the records that are pairs
+        new[at] = perm[first[at] + 1]
+        noop = _same(cdf, old[at], new[at], columns)   # a no-op rewrite is no record
+        if noop.any():
+            kept = np.ones(len(first), bool)
+            kept[at[noop]] = False
+            rv, old, new = rv[kept], old[kept], new[kept]
     ar = np.arange(len(rv))
-    starts = np.r_[True, rv[1:] != rv[:-1]] if len(rv) else np.zeros(0, bool)
-    row = ar - np.maximum.accumulate(np.where(starts, ar, 0)) if len(rv) else empty
-    return Window(cdf, rv.astype(np.int64, copy=False), row.astype(np.int64, copy=False),
-                  old.astype(np.int64, copy=False), new.astype(np.int64, copy=False), key,
-                  columns, shared)
+    starts = np.flatnonzero(np.r_[True, rv[1:] != rv[:-1]]) if len(rv) else empty
+    row = ar - np.repeat(starts, np.diff(np.r_[starts, len(rv)])) if len(rv) else empty
+    return Window(cdf, rv.astype(np.int64, copy=False), row, old, new, key, columns, shared)

@@ -5,7 +5,7 @@ public columns (what images carry), its bucket count (shards are ranges of bucke
 the change data feed of versions (after, up_to] restricted to a shard's buckets:
 
 - `VolumeSource`: key `relative_path`, the directory table's public columns and buckets; the
-  CDF is read bucket-pruned by `DirectoryTable.changes(buckets=...)`.
+  CDF is read bucket-pruned by `DirectoryTable.changes(buckets=...)`, those columns only.
 - `TableSource`: a SQL table with change tracking on; key its `key` column(s) (its declared
   key, `tables.keys`; else the hidden row id `_vs_row_id`, which UPDATE and MERGE keep),
   images its visible columns, bucket `crc32(str(key)) % TABLE_BUCKETS` (several columns:
@@ -30,7 +30,8 @@ from volume_stream.shards.model import Shard
 from volume_stream.tables.keys import key_columns
 from volume_stream.tables.store import CDF, ROW_ID, TableStore
 
-__all__ = ["TABLE_BUCKETS", "TableSource", "VolumeSource", "key_texts", "row_sizes"]
+__all__ = ["TABLE_BUCKETS", "TableSource", "VolumeSource", "key_texts", "row_sizes",
+           "text_lengths"]
 
 #: the hash buckets of a table's change log (its shards are ranges of them)
 TABLE_BUCKETS = 64
@@ -85,17 +86,18 @@ class VolumeSource:
         return self.table.history()
 
     def changes(self, after: int, up_to: int, shard: Shard) -> pa.Table:
+        """The shard's CDF rows: the public columns and the change columns only."""
         if not shard.hash_buckets or shard.hash_buckets == self.table.layout().buckets:
-            return self.table.changes(after, up_to, buckets=shard.buckets)
+            return self.table.changes(after, up_to, buckets=shard.buckets, columns=self.columns)
         # the table was re-bucketed (migrated) after the change log was made
-        cdf = self.table.changes(after, up_to)
+        cdf = self.table.changes(after, up_to, columns=self.columns)
         return cdf.filter(_keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets))
 
     def changes_of(self, after: int, up_to: int, shards: list[Shard]
                    ) -> tuple[pa.Table, list[np.ndarray | None]]:
         """One read of every bucket's changes, and the rows of it that are each shard's
         `changes(after, up_to, s)` (indices in order; None: all of them)."""
-        cdf = self.table.changes(after, up_to)
+        cdf = self.table.changes(after, up_to, columns=self.columns)
         buckets = self.table.layout().buckets
         b = cdf["_bucket"].to_numpy()
         out: list[np.ndarray | None] = []
@@ -192,14 +194,44 @@ class TableSource:
         return cdf, out
 
 
-def row_sizes(rows: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
+def text_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The UTF-8 length (characters) of each string of `col`, 0 for a null: a chunk whose
+    bytes are all ASCII gives its offsets' differences (one pass over the bytes, not a
+    decode of each string), others `utf8_length`."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    out = []
+    for chunk in chunks:
+        n = len(chunk)
+        if n and pa.types.is_string(chunk.type):
+            offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + n
+                                                                  + 1]
+            data = chunk.buffers()[2]
+            text = (np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None
+                    else np.zeros(0, np.uint8))
+            if not len(text) or text.max() < 0x80:
+                lengths = np.diff(offsets).astype(np.int64)
+                if chunk.null_count:  # a null's slot may have bytes
+                    lengths[pc.is_null(chunk).to_numpy(zero_copy_only=False)] = 0
+                out.append(lengths)
+                continue
+        out.append(pc.fill_null(pc.utf8_length(chunk), 0).to_numpy().astype(np.int64))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def row_sizes(rows: pa.Table, columns: tuple[str, ...],
+              lengths: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Approximate bytes of each row's image as DynamoDB counts them: attribute names plus
-    values (strings their UTF-8 length, timestamps 32, other values 8)."""
+    values (strings their UTF-8 length, timestamps 32, other values 8); `lengths` keeps the
+    string columns' `text_lengths` for another call over the same rows."""
+    lengths = {} if lengths is None else lengths
     sizes = np.full(rows.num_rows, sum(len(c) for c in columns), np.int64)
     for c in columns:
         col = rows[c]
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            sizes += pc.fill_null(pc.utf8_length(col), 0).to_numpy().astype(np.int64)
+            made = lengths.get(c)
+            if made is None:
+                made = lengths[c] = text_lengths(col)
+            sizes += made
         else:
             sizes += 32 if pa.types.is_timestamp(col.type) else 8
     return sizes
