@@ -12,7 +12,9 @@ inserts over 5 commits; `--quick`: 20k in one) plus one commit overwriting and o
   rows/s. Target: at least 0.05x (a Python object per record; issue 25).
 - `shards.arrow`: every record of every shard read through `ChangeLog.get_records_arrow`
   (Limit 1000 pages, Arrow tables: keys and images as struct columns), records/s; baseline:
-  the plain CDF read's rows/s. Target: at least 0.5x.
+  the plain CDF read's rows/s; the two reads alternate, best of three each. Target: at least
+  0.5x (the change log reads only the public and change columns; the details give the ratio to
+  the same projected read too).
 - `shards.http`: every record through the HTTP endpoint with a raw HTTP client (one
   keep-alive connection; GetRecords pages fetched, records counted and the next iterator
   read from each body's tail, no JSON decoding of the records, no botocore), records/s: the
@@ -48,6 +50,7 @@ import volume_stream as vs
 from benchmarks._context import Context
 from benchmarks._data import T0, clone_table, created_events, removed_events, table_template
 from benchmarks._report import Figure, count_label, profile_top, timed
+from directory_table import PUBLIC_COLUMNS
 from volume_stream.serve import ShardApiServer
 
 NAME = "shards"
@@ -57,6 +60,7 @@ SHARDS = 4
 MIN_API_RATIO = 0.05
 MIN_BOTO_RATIO = 0.5
 MIN_ARROW_RATIO = 0.5
+ARROW_ROUNDS = 3
 MIN_HTTP_RATE = 100_000
 #: GetRecords bodies kept from the raw read for the canned-parse baseline (at full size)
 CANNED_PAGES = 100
@@ -234,13 +238,25 @@ def run(ctx: Context) -> None:
                  "cpu_seconds": cpu2 - cpu1, "cdf_cpu_seconds": cpu1 - cpu0,
                  "cpu_rate_ratio": round((n_api / max(cpu2 - cpu1, 1e-9))
                                          / (cdf.num_rows / max(cpu1 - cpu0, 1e-9)), 3)}))
-    arrow_s, n_arrow = timed(lambda: _read_arrow(cat.change_log("bench")))
-    arrow_rate = n_arrow / arrow_s
+    # the two reads alternate, best of ARROW_ROUNDS each: a single timing of a read of a
+    # second swung 0.3x-0.95x with other processes' load on a shared machine
+    arrow_times, cdf_times, projected_times = [], [], []
+    for _ in range(ARROW_ROUNDS):
+        cdf_times.append(timed(lambda: table.changes(0, latest))[0])
+        arrow_s, n_arrow = timed(lambda: _read_arrow(cat.change_log("bench")))
+        arrow_times.append(arrow_s)
+        projected_times.append(timed(lambda: table.changes(0, latest, columns=PUBLIC_COLUMNS))[0])
+    arrow_rate, best_cdf_rate = n_arrow / min(arrow_times), cdf.num_rows / min(cdf_times)
     ctx.report.add(Figure(
-        f"shards.arrow.{label}", f"{label} records of {SHARDS} shards via get_records_arrow",
-        arrow_rate, "records/s", cdf_rate, "plain CDF read", f">= {MIN_ARROW_RATIO}x",
-        passed=n_arrow == n_api and arrow_rate >= MIN_ARROW_RATIO * cdf_rate,
-        details={"records": n_arrow, "seconds": arrow_s, "cdf_seconds": cdf_s}))
+        f"shards.arrow.{label}", f"{label} records of {SHARDS} shards via get_records_arrow "
+        f"(best of {ARROW_ROUNDS}, alternating)", arrow_rate, "records/s", best_cdf_rate,
+        "plain CDF read", f">= {MIN_ARROW_RATIO}x",
+        passed=n_arrow == n_api and arrow_rate >= MIN_ARROW_RATIO * best_cdf_rate,
+        details={"records": n_arrow, "seconds": arrow_times, "cdf_seconds": cdf_times,
+                 # the change log reads the public and change columns only; the same
+                 # projected read, for comparison (information, not the target)
+                 "projected_cdf_seconds": projected_times,
+                 "ratio_to_projected_read": round(min(projected_times) / min(arrow_times), 3)}))
     with ShardApiServer(cat, "127.0.0.1", 0) as server:
         cpu0 = time.process_time()
         http_s, (n_http, bodies) = timed(lambda: _read_http(server.url,
