@@ -68,6 +68,8 @@ _MAX_ATTEMPTS = 20
 #: most commits a read may be behind its open handle before the handle is brought up to date
 _STALE_READS = 50
 #: paths planned per group of buckets: bounds the stored rows held in memory by a huge batch
+#: on the merge path (the rewrite path holds its batch's stored rows anyway: fewer bytes than
+#: the batch's events, `directory_table.streamed`)
 _LOOKUP_GROUP = 200_000
 _ROW_COLUMNS = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                 "_event_time", "_image_version"]
@@ -247,7 +249,7 @@ class DirectoryTable:
             loaded = None
             if (index is not None and self.rewrite_min_events is not None
                     and len(paths) >= self.rewrite_min_events
-                    and len(paths) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
+                    and rewrite.supported(dt, layout)):
                 loaded = rewrite.load(dt, layout, paths, storage_options=self.storage_options,
                                       candidates=index.candidates(layout, paths))
             if loaded is None and dt.version() != base_version:
