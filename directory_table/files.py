@@ -210,14 +210,17 @@ class FileIndex:
                 self._add(_entry(action["add"]))
 
     def candidates(self, layout: Layout, paths: list[str],
+                   by_bucket: dict[int, list[str]] | None = None,
                    ) -> list[tuple[int, str, str, int, int | None]]:
         """Files that may hold one of `paths` (`layout.touched_files`'s rule), as
-        (bucket, min path or "", path, size, rows, min path, max path), sorted."""
-        by_bucket: dict[int, list[str]] = {}
-        ordered = sorted(set(paths))
-        for p, b in zip(ordered, buckets_of(ordered, layout.buckets if layout.bucketed else 1),
-                        strict=True):
-            by_bucket.setdefault(b, []).append(p)
+        (bucket, min path or "", path, size, rows, min path, max path), sorted. `by_bucket`:
+        `paths` by bucket, sorted (`batch.Batch.by_bucket`), when the caller has them."""
+        if by_bucket is None:
+            by_bucket = {}
+            ordered = sorted(set(paths))
+            for p, b in zip(ordered, buckets_of(ordered, layout.buckets if layout.bucketed
+                                                else 1), strict=True):
+                by_bucket.setdefault(b, []).append(p)
         out = []
         for bucket, wanted in by_bucket.items():
             for f in self.by_bucket.get(bucket, {}).values():
