@@ -275,3 +275,27 @@ def test_files_with_many_edits_match_the_merge(tmp_path, threads, rewrite_path):
     same(merge, table, table.version())
     data = _file_rows(table)
     assert all(rows == sorted(rows) for rows in data) and sum(map(len, data)) == 271
+
+
+def test_new_paths_are_merged_into_a_rewritten_file_in_path_order():
+    """`_merged` places new paths by a search in the file's sorted paths (one `take`, no
+    sort); a file not written sorted by path is sorted after all."""
+    import numpy as np
+
+    from directory_table.schema import TABLE_SCHEMA
+    from directory_table.streamed import _edited, _merged
+
+    def rows(paths, size):
+        return pa.table({f.name: (pa.array(paths, f.type) if f.name == "relative_path"
+                                  else pa.array([size] * len(paths), f.type) if f.name == "size"
+                                  else pa.nulls(len(paths), f.type)) for f in TABLE_SCHEMA})
+
+    edits, at = np.array([0, 3, 5]), np.array([1, -1, 0])      # update, delete, update
+    for stored in (["b", "d", "f", "h", "j", "l"], ["d", "b", "f", "h", "j", "l"]):
+        table, images = rows(stored, 1), rows([stored[5], stored[0]], 2)
+        new = rows(["a", "c", "e", "m", "n"], 3)
+        got = _merged(table, edits, at, images, new)
+        want = pa.concat_tables([_edited(table, edits, at, images), new]).sort_by("relative_path")
+        assert got.to_pylist() == want.to_pylist()
+        assert got["relative_path"].to_pylist() == sorted(set(stored + ["a", "c", "e", "m", "n"])
+                                                          - {stored[3]})
