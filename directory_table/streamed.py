@@ -236,8 +236,8 @@ def _edited(table: pa.Table, rows: np.ndarray, at: np.ndarray, images: pa.Table)
 def _merged(table: pa.Table, rows: np.ndarray, at: np.ndarray, images: pa.Table,
             new: pa.Table) -> pa.Table:
     """`_edited(table, rows, at, images)` with the rows `new` (sorted by path, none of them a
-    path of `table`) sorted in, by one `take` (sorting each rewritten file again cost ~1 ms a
-    file: seconds of a batch touching every file of a large table)."""
+    path of `table`) sorted in, by one `take` rather than a sort of the edited file (measured
+    on a 2k-row file with 100 edits and 100 new paths: 0.88 ms against 0.97)."""
     paths = table["relative_path"].to_numpy(zero_copy_only=False)
     if len(paths) > 1 and not (paths[1:] >= paths[:-1]).all():  # not written sorted by path
         return pa.concat_tables([_edited(table, rows, at, images), new]).sort_by("relative_path")
