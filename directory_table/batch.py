@@ -165,13 +165,23 @@ class Batch:
         if ("paths", count) not in self._cache:
             keys = pa.table({"b": self.buckets(count)[self.latest],
                              "p": self.table["relative_path"].take(pa.array(self.latest))})
-            keys = keys.sort_by([("b", "ascending"), ("p", "ascending")])
+            order = _np(pc.sort_indices(keys, [("b", "ascending"), ("p", "ascending")]))
+            rank = np.full(self.table.num_rows, -1, dtype=np.int64)
+            rank[self.latest[order]] = np.arange(len(order))
+            self._cache["rank", count] = rank
+            keys = keys.take(pa.array(order))
             bucket = keys["b"].to_numpy()
             cuts = [0, *(np.flatnonzero(bucket[1:] != bucket[:-1]) + 1).tolist(), len(bucket)]
             self._cache["paths", count] = {
                 int(bucket[a]): keys["p"].slice(a, b - a).to_pylist()
                 for a, b in zip(cuts, cuts[1:], strict=False) if b > a}
         return self._cache["paths", count]
+
+    def laid_out(self, count: int, rows: np.ndarray) -> np.ndarray:
+        """The order of `rows` (of `latest`) by bucket of a table of `count` buckets, then
+        path: `layout.for_layout`'s sort, from the one `by_bucket` made."""
+        self.by_bucket(count)
+        return np.argsort(self._cache["rank", count][rows], kind="stable")
 
 
 def _newest(table: pa.Table, events: Sequence[FileEvent]) -> np.ndarray:

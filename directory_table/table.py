@@ -325,7 +325,9 @@ class DirectoryTable:
                                    now, version)
         changed = np.concatenate([plan.inserts, plan.updates])
         rows = self._rows(batch.take(changed), version, now)  # a merge lays its source out
-        laid_out = for_layout(rows, layout, batch.buckets(layout.buckets)[changed])
+        laid_out = rows if not layout.bucketed else for_layout(
+            rows, layout, batch.buckets(layout.buckets)[changed],
+            batch.laid_out(layout.buckets, changed))
         if not len(plan.updates) and not len(plan.deletes) and loaded is None:
             if dt.version() != base_version:  # delta-rs commits after its handle's version
                 dt = self.delta()
@@ -363,8 +365,7 @@ class DirectoryTable:
 
     def _rows(self, events: pa.Table, version: int, now: datetime) -> pa.Table:
         """The new images of `events` (`batch.EVENT_SCHEMA` columns) written at `version`."""
-        n = events.num_rows
-        paths = events["relative_path"]
+        n, paths = events.num_rows, events["relative_path"]
         return pa.table({
             "relative_path": paths,  # and `url_of`, on the column:
             "url": pc.binary_join_element_wise(pa.scalar(self.base_url, pa.string()), paths, ""),
@@ -379,8 +380,7 @@ class DirectoryTable:
 
     @staticmethod
     def _rows_for_delete(paths: pa.Table) -> pa.Table:
-        n = paths.num_rows
-        cols = {f.name: pa.nulls(n, f.type) for f in TABLE_SCHEMA}
+        cols = {f.name: pa.nulls(paths.num_rows, f.type) for f in TABLE_SCHEMA}
         cols["relative_path"] = paths["relative_path"]
         return pa.table(cols, schema=TABLE_SCHEMA)
 

@@ -194,6 +194,7 @@ def test_a_batch_knows_the_buckets_of_its_paths():
     events = [put(f"p{i % 70}/{i}", 1, t(i % 3)) for i in range(200)] + [put("p0/0", 2, t(9))]
     batch = Batch.of(events)
     paths = batch.paths()
+    paths_of = dict(zip(batch.latest.tolist(), paths, strict=True))
     for count in (1, 16):
         buckets = batch.buckets(count)
         assert buckets[batch.latest].tolist() == [bucket_of(p, count) for p in paths]
@@ -202,6 +203,9 @@ def test_a_batch_knows_the_buckets_of_its_paths():
         assert sorted(p for ps in by_bucket.values() for p in ps) == sorted(paths)
         assert all(ps == sorted(ps) and {bucket_of(p, count) for p in ps} == {b}
                    for b, ps in by_bucket.items())
+        some = batch.latest[::3][::-1]
+        ordered = [paths_of[r] for r in some[batch.laid_out(count, some)]]
+        assert ordered == sorted(ordered, key=lambda p: (bucket_of(p, count), p))
 
 
 def test_snapshot_of_some_buckets(tmp_path):
