@@ -56,8 +56,8 @@ def validate_relative_path(path: str) -> str:
         raise InvalidPathError(f"empty relative path: {path!r}")
     if path.startswith("/"):
         raise InvalidPathError(f"relative path must not start with '/': {path!r}")
-    # one regex scan: a generator over the characters cost ~10 us a path, which every event
-    # of a queue pays (a daemon parsing 20k events/s)
+    # one regex scan: a generator over the characters cost ~8 us for an 18-character path
+    # against ~2 for all of this function, which every event of a queue pays
     if _FORBIDDEN.search(path):
         raise InvalidPathError(f"relative path contains a backslash or control character: {path!r}")
     body = path[:-1] if path.endswith("/") else path
