@@ -299,3 +299,33 @@ def test_new_paths_are_merged_into_a_rewritten_file_in_path_order():
         assert got.to_pylist() == want.to_pylist()
         assert got["relative_path"].to_pylist() == sorted(set(stored + ["a", "c", "e", "m", "n"])
                                                           - {stored[3]})
+
+
+def test_spread_batches_keep_the_file_count_of_the_streamed_table(tmp_path, monkeypatch):
+    """The streamed path rewrites a bucket's consecutive rewritten files as one run split
+    again into files of the table's size: batches spread over every file, each growing every
+    file a little, keep files near the size (they were each split into two half files, the
+    file count doubling with such a batch), sorted, and the table as a merge makes it."""
+    from directory_table import rewrite as rewrite_module
+    from directory_table import streamed
+
+    monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
+    monkeypatch.setattr(streamed, "_RUN_FILES", 3)             # several runs a bucket
+    merge, table = pair(tmp_path, buckets=2, target=40 * 64)   # 40 rows per file
+    for t in (merge, table):
+        for start in range(0, 400, 40):                        # sorted appends: full files
+            t.apply([put(f"f{i:04d}", 1, T0) for i in range(start, start + 40)])
+        t.optimize(max_files_per_bucket=1)
+    before = len(table.delta().file_uris())
+    for round_ in range(1, 4):
+        at = T0 + timedelta(seconds=round_)
+        events = ([put(f"f{i:04d}", 1 + round_, at) for i in range(round_, 400, 7)]
+                  + [put(f"f{i:04d}x{round_}", 1, at) for i in range(round_, 400, 9)]
+                  + [rm(f"f{i:04d}", at) for i in range(3 + round_, 400, 31)])
+        for t in (merge, table):
+            t.apply(events)
+        same(merge, table, table.version())
+        assert_files_sorted(table, max_rows=40)
+    rows_now = table.file_count()
+    assert len(table.delta().file_uris()) <= -(-rows_now // 40) + 2 * 4  # near full files
+    assert len(table.delta().file_uris()) < 2 * before
