@@ -26,7 +26,8 @@ table:
 
 Only tables in the bucketed layout on a local disk or S3 take this path (`supported`); others
 keep the merge. A batch whose touched files hold more than `MAX_LOADED_ROWS` rows (overwrites
-spread over a huge table) is rewritten file by file with bounded memory
+spread over a huge table) is read file by file and rewritten in runs of a bucket's files, with
+bounded memory
 (`directory_table.streamed`). Files are written on a small pool of daemon threads when the
 machine has a core to spare (`filestore.run`).
 """
@@ -111,7 +112,7 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None 
          by_bucket: dict[int, list[str]] | None = None) -> Loaded | Streamed:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
     when they hold more than `max_rows` (default `MAX_LOADED_ROWS`) rows, a `Streamed` load
-    instead (`directory_table.streamed`: file by file, bounded memory). `candidates`: those
+    instead (`directory_table.streamed`: read file by file, bounded memory). `candidates`: those
     files as (bucket, min path or "", path, size, rows, min path, max path), when the caller
     knows them
     (`directory_table.files.FileIndex.candidates`); else from `dt`'s add actions. `by_bucket`:
