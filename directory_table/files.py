@@ -229,6 +229,22 @@ class FileIndex:
         return sorted(out)
 
 
+    def follows(self, candidates: list[tuple]) -> set[str]:
+        """The paths of `candidates` (as `candidates` gives them) whose file comes right
+        after another of them in its bucket's files ordered by (min path, path): consecutive
+        such files hold every row of their path range (`streamed` rewrites them together)."""
+        wanted = {c[2] for c in candidates}
+        out: set[str] = set()
+        for bucket in {c[0] for c in candidates}:
+            previous = None
+            for f in sorted(self.by_bucket.get(bucket, {}).values(),
+                            key=lambda f: (f.low or "", f.path)):
+                if f.path in wanted and previous in wanted:
+                    out.add(f.path)
+                previous = f.path
+        return out
+
+
 def _entry(add: dict) -> FileEntry:
     if add.get("deletionVector"):
         raise Stale(f"{add['path']} has a deletion vector")

@@ -60,6 +60,8 @@ class Streamed:
     #: `files`) and their row in that file
     found: pa.Table
     store: Store
+    #: files (indices) that come right after the one before them in their bucket's files
+    follows: frozenset[int] = frozenset()
 
     def stored(self, paths: list[str]) -> pa.Table:
         """The rows of `paths` (those stored)."""
@@ -94,11 +96,14 @@ def candidates_of(dt: DeltaTable, layout: Layout, paths: list[str]) -> list[tupl
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int,
          *, storage_options: dict[str, str] | None = None,
          found: list[tuple] | None = None,
-         by_bucket: dict[int, list[str]] | None = None) -> Streamed:
+         by_bucket: dict[int, list[str]] | None = None,
+         follows: set[str] | frozenset[str] = frozenset()) -> Streamed:
     """Read every data file that may hold one of `paths` (see the module docstring); keep
     the rows of the first files, up to `max_rows` rows in all. `found`: those files
     (`candidates_of`'s form) when the caller knows them (the file index, which may be newer
-    than `dt`'s snapshot); `by_bucket`: `paths` by bucket, sorted, likewise."""
+    than `dt`'s snapshot); `by_bucket`: `paths` by bucket, sorted, likewise; `follows`: the
+    paths of those files that come right after another of them in their bucket's files
+    (`files.FileIndex.follows`; only such files are rewritten together)."""
     found = sorted(found) if found is not None else candidates_of(dt, layout, paths)
     files = [(p, size, bucket) for bucket, _, p, size, *_ in found]
     store = Store(dt.table_uri, storage_options or {})
@@ -130,7 +135,8 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int,
     results = run(read, list(range(len(files))))
     return Streamed(files=files, tables=[r[0] for r in results], counts=[r[2] for r in results],
                   ranges=[(low, high) for *_, low, high in found], store=store,
-                  found=pa.concat_tables([_FOUND_SCHEMA.empty_table(), *(r[1] for r in results)]))
+                  found=pa.concat_tables([_FOUND_SCHEMA.empty_table(), *(r[1] for r in results)]),
+                  follows=frozenset(i for i, f in enumerate(files) if f[0] in follows))
 
 
 def _bracketed(sorted_paths: list[str], low: str | None, high: str | None) -> list[str]:
@@ -242,14 +248,17 @@ _RUN_FILES = 64
 
 def _runs(loaded: Streamed, rewritten: list[int]) -> list[list[int]]:
     """The rewritten files (indices, in path order within each bucket) in runs of at most
-    `_RUN_FILES` files of one bucket, each rewritten as one table and split again into files
+    `_RUN_FILES` consecutive files of one bucket (`Streamed.follows`: no other file between
+    them, whose path range the run would then cover), each rewritten as one table and split
+    again into files
     of the table's size (as the in-memory path rewrites a bucket's files): a file that grows
     past the size is not split into two half files, whose number would double with each
     batch spread over the table, and each run costs one `take` rather than one a file."""
     runs: list[list[int]] = []
     for i in rewritten:
-        if runs and len(runs[-1]) < _RUN_FILES \
-                and loaded.files[runs[-1][-1]][2] == loaded.files[i][2]:
+        # only the next file of the bucket (no other file's path range between them)
+        if runs and len(runs[-1]) < _RUN_FILES and runs[-1][-1] == i - 1 \
+                and i in loaded.follows:
             runs[-1].append(i)
         else:
             runs.append([i])

@@ -251,7 +251,7 @@ class DirectoryTable:
                 keyed = batch.by_bucket(layout.buckets)
                 loaded = rewrite.load(dt, layout, paths, storage_options=self.storage_options,
                                       candidates=index.candidates(layout, paths, keyed),
-                                      by_bucket=keyed)
+                                      by_bucket=keyed, follows=index.follows)
             if loaded is None and dt.version() != base_version:
                 dt = self.delta()  # lookups and merges read delta-rs's snapshot
                 if dt.version() != base_version:

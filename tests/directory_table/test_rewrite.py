@@ -329,3 +329,26 @@ def test_spread_batches_keep_the_file_count_of_the_streamed_table(tmp_path, monk
     rows_now = table.file_count()
     assert len(table.delta().file_uris()) <= -(-rows_now // 40) + 2 * 4  # near full files
     assert len(table.delta().file_uris()) < 2 * before
+
+
+def test_files_apart_are_not_rewritten_together(tmp_path, monkeypatch):
+    """Only files next to each other in their bucket (no other file's path range between
+    them) are rewritten as one run: two files apart stay apart, and every file's range stays
+    clear of the others'."""
+    from directory_table import rewrite as rewrite_module
+
+    monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
+    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,
+                                  target_file_size=40 * 64)      # 40 rows per file
+    for start in range(0, 400, 40):
+        table.apply([put(f"f{i:04d}", 1, T0) for i in range(start, start + 40)])
+    at = T0 + timedelta(seconds=1)
+    # files 1, 2 and 6 of 10: each gains new paths and outgrows the size
+    touched = [*range(45, 115, 2), *range(245, 275, 2)]
+    table.apply([put(f"f{i:04d}", 2, at) for i in touched]
+                + [put(f"f{i:04d}x", 1, at) for i in touched])
+    assert_files_sorted(table, max_rows=40)
+    ranges = sorted((rows[0], rows[-1]) for rows in _file_rows(table))
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    untouched = [rows for rows in _file_rows(table) if rows[0] in ("f0120", "f0160", "f0200")]
+    assert sorted(len(rows) for rows in untouched) == [40, 40, 40]
