@@ -14,6 +14,7 @@ arrival order.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -39,6 +40,10 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+#: a backslash or a control character (C0 or DEL) anywhere in a path
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
 def validate_relative_path(path: str) -> str:
     """Return `path` if it is a safe '/'-separated relative key, else raise `InvalidPathError`.
 
@@ -51,7 +56,9 @@ def validate_relative_path(path: str) -> str:
         raise InvalidPathError(f"empty relative path: {path!r}")
     if path.startswith("/"):
         raise InvalidPathError(f"relative path must not start with '/': {path!r}")
-    if "\\" in path or any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
+    # one regex scan: a generator over the characters cost ~8 us for an 18-character path
+    # against ~2 for all of this function, which every event of a queue pays
+    if _FORBIDDEN.search(path):
         raise InvalidPathError(f"relative path contains a backslash or control character: {path!r}")
     body = path[:-1] if path.endswith("/") else path
     for segment in body.split("/"):
@@ -90,6 +97,8 @@ def is_newer(
 def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
+    if value.tzinfo is UTC:
+        return value
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
@@ -115,7 +124,8 @@ class FileEvent:
 
     def __post_init__(self) -> None:
         validate_relative_path(self.relative_path)
-        object.__setattr__(self, "kind", EventKind(self.kind))
+        if type(self.kind) is not EventKind:
+            object.__setattr__(self, "kind", EventKind(self.kind))
         object.__setattr__(self, "last_modified_time", _utc(self.last_modified_time))
         object.__setattr__(self, "event_time", _utc(self.event_time))
         if self.kind is EventKind.CREATED and (self.size is None or self.size < 0):

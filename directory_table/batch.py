@@ -18,13 +18,14 @@ change its length), an event without a time — those few paths or rows are deci
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.events import EventKind, FileEvent, is_newer
+from directory_table.layout import buckets_of
 from directory_table.schema import TS
 
 __all__ = ["EVENT_SCHEMA", "Batch", "event_table", "newer", "sequencer_keys"]
@@ -127,6 +128,9 @@ class Batch:
     #: rows of `table` holding the newest event of each path, paths in order of first arrival
     #: (folder markers left out)
     latest: np.ndarray
+    #: `buckets` and `by_bucket` per bucket count, computed once a batch (a path's hash costs
+    #: ~0.5 us, and the lookup, the rewrite and the new files all need it)
+    _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, events: Sequence[FileEvent]) -> Batch:
@@ -147,14 +151,65 @@ class Batch:
         """The events at `rows`, as columns."""
         return self.table.take(pa.array(rows, pa.int64()))
 
+    def buckets(self, count: int) -> np.ndarray:
+        """Per row of `table`, the bucket of its path in a table of `count` buckets
+        (`layout.bucket_of`), for the rows in `latest`; -1 for the others."""
+        if ("rows", count) not in self._cache:
+            out = np.full(self.table.num_rows, -1, dtype=np.int32)
+            out[self.latest] = buckets_of(self.paths(), count)
+            self._cache["rows", count] = out
+        return self._cache["rows", count]
+
+    def by_bucket(self, count: int) -> dict[int, list[str]]:
+        """The paths (`latest`) of each bucket of a table of `count` buckets, sorted."""
+        if ("paths", count) not in self._cache:
+            keys = pa.table({"b": self.buckets(count)[self.latest],
+                             "p": self.table["relative_path"].take(pa.array(self.latest))})
+            order = _np(pc.sort_indices(keys, [("b", "ascending"), ("p", "ascending")]))
+            rank = np.full(self.table.num_rows, -1, dtype=np.int64)
+            rank[self.latest[order]] = np.arange(len(order))
+            self._cache["rank", count] = rank
+            keys = keys.take(pa.array(order))
+            bucket = keys["b"].to_numpy()
+            cuts = [0, *(np.flatnonzero(bucket[1:] != bucket[:-1]) + 1).tolist(), len(bucket)]
+            self._cache["paths", count] = {
+                int(bucket[a]): keys["p"].slice(a, b - a).to_pylist()
+                for a, b in zip(cuts, cuts[1:], strict=False) if b > a}
+        return self._cache["paths", count]
+
+    def laid_out(self, count: int, rows: np.ndarray) -> np.ndarray:
+        """The order of `rows` (of `latest`) by bucket of a table of `count` buckets, then
+        path: `layout.for_layout`'s sort, from the one `by_bucket` made."""
+        self.by_bucket(count)
+        return np.argsort(self._cache["rank", count][rows], kind="stable")
+
 
 def _newest(table: pa.Table, events: Sequence[FileEvent]) -> np.ndarray:
     """Rows of the newest event of each path (`newest_per_path`'s rule, see the module
     docstring), ordered by the path's first arrival."""
     paths = table["relative_path"]
     rows = np.flatnonzero(~_np(pc.ends_with(paths, "/")))  # folder markers count for nothing
-    if len(rows) == pc.count_distinct(paths.take(pa.array(rows, pa.int64()))).as_py():
+    kept = paths.take(pa.array(rows, pa.int64()))
+    unique = pc.unique(kept)
+    if len(rows) == len(unique):
         return rows  # every path once: nothing to decide
+    # a path of one event is decided; only the rows of repeated paths are sorted (a few
+    # percent of a batch of random overwrites: sorting them all cost seconds at 1M events)
+    code = _np(pc.index_in(kept, value_set=unique)).astype(np.int64)
+    repeated = np.bincount(code, minlength=len(unique))[code] > 1
+    code_of = np.zeros(table.num_rows, dtype=np.int64)
+    code_of[rows] = code
+    winners = np.zeros(len(unique), dtype=np.int64)
+    winners[code[~repeated]] = rows[~repeated]
+    decided = _newest_of(table, events, rows[repeated])
+    winners[code_of[decided]] = decided
+    first = np.full(len(unique), len(code), dtype=np.int64)
+    np.minimum.at(first, code, np.arange(len(code)))
+    return winners[np.argsort(first, kind="stable")]
+
+
+def _newest_of(table: pa.Table, events: Sequence[FileEvent], rows: np.ndarray) -> np.ndarray:
+    """Rows of the newest event of each path of `rows`, ordered by first arrival."""
     sub = table.take(pa.array(rows, pa.int64()))
     # a stable sort by path: each path's events form one run, in arrival order
     order = _np(pc.sort_indices(sub["relative_path"]))

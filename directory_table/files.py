@@ -210,20 +210,39 @@ class FileIndex:
                 self._add(_entry(action["add"]))
 
     def candidates(self, layout: Layout, paths: list[str],
+                   by_bucket: dict[int, list[str]] | None = None,
                    ) -> list[tuple[int, str, str, int, int | None]]:
         """Files that may hold one of `paths` (`layout.touched_files`'s rule), as
-        (bucket, min path or "", path, size, rows, min path, max path), sorted."""
-        by_bucket: dict[int, list[str]] = {}
-        ordered = sorted(set(paths))
-        for p, b in zip(ordered, buckets_of(ordered, layout.buckets if layout.bucketed else 1),
-                        strict=True):
-            by_bucket.setdefault(b, []).append(p)
+        (bucket, min path or "", path, size, rows, min path, max path), sorted. `by_bucket`:
+        `paths` by bucket, sorted (`batch.Batch.by_bucket`), when the caller has them."""
+        if by_bucket is None:
+            by_bucket = {}
+            ordered = sorted(set(paths))
+            for p, b in zip(ordered, buckets_of(ordered, layout.buckets if layout.bucketed
+                                                else 1), strict=True):
+                by_bucket.setdefault(b, []).append(p)
         out = []
         for bucket, wanted in by_bucket.items():
             for f in self.by_bucket.get(bucket, {}).values():
                 if _brackets(wanted, f.low, f.high):
                     out.append((bucket, f.low or "", f.path, f.size, f.rows, f.low, f.high))
         return sorted(out)
+
+
+    def follows(self, candidates: list[tuple]) -> set[str]:
+        """The paths of `candidates` (as `candidates` gives them) whose file comes right
+        after another of them in its bucket's files ordered by (min path, path): consecutive
+        such files hold every row of their path range (`streamed` rewrites them together)."""
+        wanted = {c[2] for c in candidates}
+        out: set[str] = set()
+        for bucket in {c[0] for c in candidates}:
+            previous = None
+            for f in sorted(self.by_bucket.get(bucket, {}).values(),
+                            key=lambda f: (f.low or "", f.path)):
+                if f.path in wanted and previous in wanted:
+                    out.add(f.path)
+                previous = f.path
+        return out
 
 
 def _entry(add: dict) -> FileEntry:

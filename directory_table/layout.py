@@ -151,13 +151,18 @@ def bucket_groups(paths: list[str], layout: Layout, limit: int) -> list[list[str
     return groups
 
 
-def for_layout(rows: pa.Table, layout: Layout) -> pa.Table:
-    """`rows` with their `_bucket`, sorted by (bucket, path), for a bucketed table; as they
-    are for a table in the pre-bucket layout."""
+def for_layout(rows: pa.Table, layout: Layout, buckets: Iterable[int] | None = None,
+               order: Iterable[int] | None = None) -> pa.Table:
+    """`rows` with their `_bucket` (`buckets`, when the caller knows them), sorted by
+    (bucket, path) (`order`: the rows in that order, when the caller knows it), for a
+    bucketed table; as they are for a table in the pre-bucket layout."""
     if not layout.bucketed:
         return rows
     rows = rows.append_column(pa.field(BUCKET_COLUMN, pa.int32()),
+                              pa.array(buckets, pa.int32()) if buckets is not None else
                               bucket_array(rows["relative_path"].to_pylist(), layout.buckets))
+    if order is not None:
+        return rows.take(pa.array(order, pa.int64()))
     return rows.sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
 
 

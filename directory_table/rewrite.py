@@ -26,13 +26,15 @@ table:
 
 Only tables in the bucketed layout on a local disk or S3 take this path (`supported`); others
 keep the merge. A batch whose touched files hold more than `MAX_LOADED_ROWS` rows (overwrites
-spread over a huge table) is rewritten file by file with bounded memory
+spread over a huge table) is read file by file and rewritten in runs of a bucket's files, with
+bounded memory
 (`directory_table.streamed`). Files are written on a small pool of daemon threads when the
 machine has a core to spare (`filestore.run`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -107,13 +109,18 @@ class Loaded:
 
 def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None = None,
          *, storage_options: dict[str, str] | None = None,
-         candidates: list[tuple] | None = None) -> Loaded | Streamed:
+         candidates: list[tuple] | None = None,
+         by_bucket: dict[int, list[str]] | None = None,
+         follows: Callable[[list[tuple]], set[str]] | None = None) -> Loaded | Streamed:
     """Read whole every data file that may hold one of `paths` (see the module docstring);
     when they hold more than `max_rows` (default `MAX_LOADED_ROWS`) rows, a `Streamed` load
-    instead (`directory_table.streamed`: file by file, bounded memory). `candidates`: those
+    instead (`directory_table.streamed`: read file by file, bounded memory). `candidates`: those
     files as (bucket, min path or "", path, size, rows, min path, max path), when the caller
     knows them
-    (`directory_table.files.FileIndex.candidates`); else from `dt`'s add actions."""
+    (`directory_table.files.FileIndex.candidates`); else from `dt`'s add actions. `by_bucket`:
+    `paths` by bucket, sorted (`batch.Batch.by_bucket`), when the caller has them; `follows`:
+    which of those files come right after another of them (`FileIndex.follows`), for a
+    streamed load (without it, each file is rewritten on its own)."""
     from directory_table.layout import _files_dataset  # one reader for local and remote files
     from directory_table.streamed import candidates_of
     from directory_table.streamed import load as load_streamed
@@ -127,7 +134,8 @@ def load(dt: DeltaTable, layout: Layout, paths: list[str], max_rows: int | None 
     counts = [f[4] for f in found]
     if sum(n or 0 for n in counts) > max_rows:  # too much to hold in memory at once
         return load_streamed(dt, layout, paths, max_rows, storage_options=storage_options,
-                             found=found)
+                             found=found, by_bucket=by_bucket,
+                             follows=follows(found) if follows is not None else set())
     schema = TABLE_SCHEMA.append(pa.field(BUCKET_COLUMN, pa.int32())).append(
         pa.field(_FILE, pa.int32()))
     if not files:

@@ -67,7 +67,7 @@ _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
 _MAX_ATTEMPTS = 20
 #: most commits a read may be behind its open handle before the handle is brought up to date
 _STALE_READS = 50
-#: paths planned per group of buckets: bounds the stored rows held in memory by a huge batch
+#: paths planned per group of buckets: bounds the stored rows a huge batch's merge holds
 _LOOKUP_GROUP = 200_000
 _ROW_COLUMNS = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
                 "_event_time", "_image_version"]
@@ -247,9 +247,11 @@ class DirectoryTable:
             loaded = None
             if (index is not None and self.rewrite_min_events is not None
                     and len(paths) >= self.rewrite_min_events
-                    and len(paths) <= _LOOKUP_GROUP and rewrite.supported(dt, layout)):
+                    and rewrite.supported(dt, layout)):
+                keyed = batch.by_bucket(layout.buckets)
                 loaded = rewrite.load(dt, layout, paths, storage_options=self.storage_options,
-                                      candidates=index.candidates(layout, paths))
+                                      candidates=index.candidates(layout, paths, keyed),
+                                      by_bucket=keyed, follows=index.follows)
             if loaded is None and dt.version() != base_version:
                 dt = self.delta()  # lookups and merges read delta-rs's snapshot
                 if dt.version() != base_version:
@@ -301,7 +303,8 @@ class DirectoryTable:
             return self._find(tomb, tomb_layout, missing, _TOMB_COLUMNS)
 
         plan = Plan()
-        groups = bucket_groups(paths, layout, _LOOKUP_GROUP)
+        # (the rewrite path holds the stored rows of all the batch's paths already)
+        groups = [paths] if loaded else bucket_groups(paths, layout, _LOOKUP_GROUP)
         row_of = dict(zip(paths, batch.latest.tolist(), strict=True)) if len(groups) > 1 else {}
         for group in groups:
             rows = (np.array([row_of[p] for p in group], dtype=np.int64) if row_of
@@ -320,16 +323,20 @@ class DirectoryTable:
         if len(plan.deletes) or len(plan.remembered):
             self._write_tombstones(batch.take(np.concatenate([plan.deletes, plan.remembered])),
                                    now, version)
-        rows = self._rows(batch.take(np.concatenate([plan.inserts, plan.updates])), version, now)
+        changed = np.concatenate([plan.inserts, plan.updates])
+        rows = self._rows(batch.take(changed), version, now)  # a merge lays its source out
+        laid_out = rows if not layout.bucketed else for_layout(
+            rows, layout, batch.buckets(layout.buckets)[changed],
+            batch.laid_out(layout.buckets, changed))
         if not len(plan.updates) and not len(plan.deletes) and loaded is None:
             if dt.version() != base_version:  # delta-rs commits after its handle's version
                 dt = self.delta()
                 if dt.version() != base_version:
                     raise CommitFailedError(f"version {version} already exists")
-            write_deltalake(dt, for_layout(rows, layout), mode="append", commit_properties=props)
+            write_deltalake(dt, laid_out, mode="append", commit_properties=props)
             return
         if loaded is not None:
-            rewrite.commit(dt, layout, loaded, version=version, new_rows=for_layout(rows, layout),
+            rewrite.commit(dt, layout, loaded, version=version, new_rows=laid_out,
                            updated=batch.paths(plan.updates),
                            deleted=batch.paths(plan.deletes),
                            inserted=batch.paths(plan.inserts), now=now,
@@ -358,29 +365,22 @@ class DirectoryTable:
 
     def _rows(self, events: pa.Table, version: int, now: datetime) -> pa.Table:
         """The new images of `events` (`batch.EVENT_SCHEMA` columns) written at `version`."""
-        n = events.num_rows
-        paths = events["relative_path"]
-        return pa.table(
-            {
-                "relative_path": paths,
-                # `url_of`, on the column
-                "url": pc.binary_join_element_wise(pa.scalar(self.base_url, pa.string()),
-                                                   paths, ""),
-                "size": events["size"],
-                "last_modified_time": events["last_modified_time"],
-                "etag": events["etag"],
-                "_sequencer": events["_sequencer"],
-                "_event_time": events["_event_time"],
-                "_image_version": pa.repeat(pa.scalar(version, pa.int64()), n),
-                "_image_timestamp": pa.repeat(pa.scalar(now, TS), n),
-            },
-            schema=TABLE_SCHEMA,
-        )
+        n, paths = events.num_rows, events["relative_path"]
+        return pa.table({
+            "relative_path": paths,  # and `url_of`, on the column:
+            "url": pc.binary_join_element_wise(pa.scalar(self.base_url, pa.string()), paths, ""),
+            "size": events["size"],
+            "last_modified_time": events["last_modified_time"],
+            "etag": events["etag"],
+            "_sequencer": events["_sequencer"],
+            "_event_time": events["_event_time"],
+            "_image_version": pa.repeat(pa.scalar(version, pa.int64()), n),
+            "_image_timestamp": pa.repeat(pa.scalar(now, TS), n),
+        }, schema=TABLE_SCHEMA)
 
     @staticmethod
     def _rows_for_delete(paths: pa.Table) -> pa.Table:
-        n = paths.num_rows
-        cols = {f.name: pa.nulls(n, f.type) for f in TABLE_SCHEMA}
+        cols = {f.name: pa.nulls(paths.num_rows, f.type) for f in TABLE_SCHEMA}
         cols["relative_path"] = paths["relative_path"]
         return pa.table(cols, schema=TABLE_SCHEMA)
 

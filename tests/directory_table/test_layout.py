@@ -170,6 +170,44 @@ def test_huge_batch_is_planned_in_bucket_groups(tmp_path, monkeypatch):
     assert len(s) == 300 - 74 + 100
 
 
+def test_a_batch_past_the_lookup_group_takes_the_rewrite_path(tmp_path, monkeypatch):
+    """The lookup group bounds a merge's stored rows; the rewrite path holds a batch's stored
+    rows anyway, so a huge batch is rewritten too (a 600k-event batch's merge into 10M rows
+    took minutes), in one commit with the same result."""
+    import directory_table.table as table_module
+
+    monkeypatch.setattr(table_module, "_LOOKUP_GROUP", 50)
+    table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=4)
+    table.apply([put(f"f{i:03d}", 1, t(1)) for i in range(300)])
+    r = table.apply([put(f"f{i:03d}", 2, t(2)) for i in range(0, 300, 3)]
+                    + [put(f"g{i:03d}", 1, t(2)) for i in range(120)])
+    assert (r.updated, r.inserted) == (100, 120)
+    assert DeltaTable(table.path).history(1)[0]["operationParameters"].get("rewrite") \
+        == "volume-stream"
+    s = state(table)
+    assert len(s) == 420 and s["f003"] == 2 and s["f004"] == 1 and s["g119"] == 1
+
+
+def test_a_batch_knows_the_buckets_of_its_paths():
+    from directory_table.batch import Batch
+
+    events = [put(f"p{i % 70}/{i}", 1, t(i % 3)) for i in range(200)] + [put("p0/0", 2, t(9))]
+    batch = Batch.of(events)
+    paths = batch.paths()
+    paths_of = dict(zip(batch.latest.tolist(), paths, strict=True))
+    for count in (1, 16):
+        buckets = batch.buckets(count)
+        assert buckets[batch.latest].tolist() == [bucket_of(p, count) for p in paths]
+        assert (buckets >= 0).sum() == len(paths) == 200       # the repeated path once
+        by_bucket = batch.by_bucket(count)
+        assert sorted(p for ps in by_bucket.values() for p in ps) == sorted(paths)
+        assert all(ps == sorted(ps) and {bucket_of(p, count) for p in ps} == {b}
+                   for b, ps in by_bucket.items())
+        some = batch.latest[::3][::-1]
+        ordered = [paths_of[r] for r in some[batch.laid_out(count, some)]]
+        assert ordered == sorted(ordered, key=lambda p: (bucket_of(p, count), p))
+
+
 def test_snapshot_of_some_buckets(tmp_path):
     table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=8)
     table.apply([put(f"f{i}", i, t(1)) for i in range(100)])

@@ -275,3 +275,80 @@ def test_files_with_many_edits_match_the_merge(tmp_path, threads, rewrite_path):
     same(merge, table, table.version())
     data = _file_rows(table)
     assert all(rows == sorted(rows) for rows in data) and sum(map(len, data)) == 271
+
+
+def test_new_paths_are_merged_into_a_rewritten_file_in_path_order():
+    """`_merged` places new paths by a search in the file's sorted paths (one `take`, no
+    sort); a file not written sorted by path is sorted after all."""
+    import numpy as np
+
+    from directory_table.schema import TABLE_SCHEMA
+    from directory_table.streamed import _edited, _merged
+
+    def rows(paths, size):
+        return pa.table({f.name: (pa.array(paths, f.type) if f.name == "relative_path"
+                                  else pa.array([size] * len(paths), f.type) if f.name == "size"
+                                  else pa.nulls(len(paths), f.type)) for f in TABLE_SCHEMA})
+
+    edits, at = np.array([0, 3, 5]), np.array([1, -1, 0])      # update, delete, update
+    for stored in (["b", "d", "f", "h", "j", "l"], ["d", "b", "f", "h", "j", "l"]):
+        table, images = rows(stored, 1), rows([stored[5], stored[0]], 2)
+        new = rows(["a", "c", "e", "m", "n"], 3)
+        got = _merged(table, edits, at, images, new)
+        want = pa.concat_tables([_edited(table, edits, at, images), new]).sort_by("relative_path")
+        assert got.to_pylist() == want.to_pylist()
+        assert got["relative_path"].to_pylist() == sorted(set(stored + ["a", "c", "e", "m", "n"])
+                                                          - {stored[3]})
+
+
+def test_spread_batches_keep_the_file_count_of_the_streamed_table(tmp_path, monkeypatch):
+    """The streamed path rewrites a bucket's consecutive rewritten files as one run split
+    again into files of the table's size: batches spread over every file, each growing every
+    file a little, keep files near the size (they were each split into two half files, the
+    file count doubling with such a batch), sorted, and the table as a merge makes it."""
+    from directory_table import rewrite as rewrite_module
+    from directory_table import streamed
+
+    monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
+    monkeypatch.setattr(streamed, "_RUN_FILES", 3)             # several runs a bucket
+    merge, table = pair(tmp_path, buckets=2, target=40 * 64)   # 40 rows per file
+    for t in (merge, table):
+        for start in range(0, 400, 40):                        # sorted appends: full files
+            t.apply([put(f"f{i:04d}", 1, T0) for i in range(start, start + 40)])
+        t.optimize(max_files_per_bucket=1)
+    before = len(table.delta().file_uris())
+    for round_ in range(1, 4):
+        at = T0 + timedelta(seconds=round_)
+        events = ([put(f"f{i:04d}", 1 + round_, at) for i in range(round_, 400, 7)]
+                  + [put(f"f{i:04d}x{round_}", 1, at) for i in range(round_, 400, 9)]
+                  + [rm(f"f{i:04d}", at) for i in range(3 + round_, 400, 31)])
+        for t in (merge, table):
+            t.apply(events)
+        same(merge, table, table.version())
+        assert_files_sorted(table, max_rows=40)
+    rows_now = table.file_count()
+    assert len(table.delta().file_uris()) <= -(-rows_now // 40) + 2 * 4  # near full files
+    assert len(table.delta().file_uris()) < 2 * before
+
+
+def test_files_apart_are_not_rewritten_together(tmp_path, monkeypatch):
+    """Only files next to each other in their bucket (no other file's path range between
+    them) are rewritten as one run: two files apart stay apart, and every file's range stays
+    clear of the others'."""
+    from directory_table import rewrite as rewrite_module
+
+    monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
+    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,
+                                  target_file_size=40 * 64)      # 40 rows per file
+    for start in range(0, 400, 40):
+        table.apply([put(f"f{i:04d}", 1, T0) for i in range(start, start + 40)])
+    at = T0 + timedelta(seconds=1)
+    # files 1, 2 and 6 of 10: each gains new paths and outgrows the size
+    touched = [*range(45, 115, 2), *range(245, 275, 2)]
+    table.apply([put(f"f{i:04d}", 2, at) for i in touched]
+                + [put(f"f{i:04d}x", 1, at) for i in touched])
+    assert_files_sorted(table, max_rows=40)
+    ranges = sorted((rows[0], rows[-1]) for rows in _file_rows(table))
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    untouched = [rows for rows in _file_rows(table) if rows[0] in ("f0120", "f0160", "f0200")]
+    assert sorted(len(rows) for rows in untouched) == [40, 40, 40]
