@@ -195,7 +195,24 @@ def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
     for ident in node.find_all(exp.Identifier):
         ident.set("quoted", True)
     node = _checked(node, {c.lower() for c in integers})
-    return _shallow(node).sql(dialect=_OUT)
+    return _opaque_in(_shallow(node)).sql(dialect=_OUT)
+
+
+def _opaque_in(node: exp.Expression) -> exp.Expression:
+    """Each IN list as `COALESCE(x IN (...), CAST(NULL AS BOOLEAN))`, the same truth values.
+    DataFusion's simplifier (delta-rs 1.6) rewrites an AND of IN lists on one operand whose
+    intersection or difference is empty (`x IN (0) AND NOT x IN (0)`) to FALSE, which is wrong
+    where x is NULL (the AND is NULL): under a NOT, a DELETE removed rows that SQL leaves alone.
+    The wrapper hides the lists from that rule."""
+    for item in reversed(list(node.find_all(exp.In))):  # inner lists first
+        if item.args.get("query"):
+            continue
+        new = exp.Coalesce(this=item.copy(), expressions=[exp.cast(exp.Null(), "BOOLEAN")])
+        if item is node:
+            node = new
+        else:
+            item.replace(new)
+    return node
 
 
 def to_delta_predicate(node: exp.Expression | str, *, columns: list[str] | None = None,
