@@ -9,7 +9,8 @@ inserts over 5 commits; `--quick`: 20k in one) plus one commit overwriting and o
   (Limit 1000 pages), each record's sequence number, key and image looked at (images are
   made lazily, so a read that ignored them would not pay for them), records/s; baseline: a
   plain read of the same change data feed (`DirectoryTable.changes` over all versions), CDF
-  rows/s. Target: at least 0.05x (a Python object per record; issue 25).
+  rows/s, the best of the three CDF reads timed beside `shards.arrow`. Target: at least 0.05x (a
+  Python object per record; issue 25).
 - `shards.arrow`: every record of every shard read through `ChangeLog.get_records_arrow`
   (Limit 1000 pages, Arrow tables: keys and images as struct columns), records/s; baseline:
   the plain CDF read's rows/s; the two reads alternate, best of three each. Target: at least
@@ -226,20 +227,8 @@ def run(ctx: Context) -> None:
     cpu2 = time.process_time()
     api_rate = n_api / api_s
     label = count_label(n_api)
-    ctx.report.add(Figure(
-        f"shards.python_api.{label}", f"{label} records of {SHARDS} shards via get_records",
-        api_rate, "records/s", cdf_rate, "plain CDF read", f">= {MIN_API_RATIO}x",
-        passed=api_rate >= MIN_API_RATIO * cdf_rate,
-        details={"records": n_api, "cdf_rows": cdf.num_rows, "seconds": api_s,
-                 "cdf_seconds": cdf_s,
-                 # CPU seconds of the process (all threads): on a busy machine the read's one
-                 # Python thread gets a smaller share than delta-rs's reader threads, so the
-                 # CPU ratio shows the cost apart from the load (information, not the target)
-                 "cpu_seconds": cpu2 - cpu1, "cdf_cpu_seconds": cpu1 - cpu0,
-                 "cpu_rate_ratio": round((n_api / max(cpu2 - cpu1, 1e-9))
-                                         / (cdf.num_rows / max(cpu1 - cpu0, 1e-9)), 3)}))
-    # the two reads alternate, best of ARROW_ROUNDS each: a single timing of a read of a
-    # second swung 0.3x-0.95x with other processes' load on a shared machine
+    # the CDF read and the Arrow read alternate, best of ARROW_ROUNDS each: a single timing
+    # of a read of a second swung 0.3x-0.95x with other processes' load on a shared machine
     arrow_times, cdf_times, projected_times = [], [], []
     for _ in range(ARROW_ROUNDS):
         cdf_times.append(timed(lambda: table.changes(0, latest))[0])
@@ -247,6 +236,19 @@ def run(ctx: Context) -> None:
         arrow_times.append(arrow_s)
         projected_times.append(timed(lambda: table.changes(0, latest, columns=PUBLIC_COLUMNS))[0])
     arrow_rate, best_cdf_rate = n_arrow / min(arrow_times), cdf.num_rows / min(cdf_times)
+    # both lines against the best CDF read: the first, cold one alone flattered them
+    ctx.report.add(Figure(
+        f"shards.python_api.{label}", f"{label} records of {SHARDS} shards via get_records",
+        api_rate, "records/s", best_cdf_rate, "plain CDF read", f">= {MIN_API_RATIO}x",
+        passed=api_rate >= MIN_API_RATIO * best_cdf_rate,
+        details={"records": n_api, "cdf_rows": cdf.num_rows, "seconds": api_s,
+                 "cdf_seconds": [cdf_s, *cdf_times],
+                 # CPU seconds of the process (all threads): on a busy machine the read's one
+                 # Python thread gets a smaller share than delta-rs's reader threads, so the
+                 # CPU ratio shows the cost apart from the load (information, not the target)
+                 "cpu_seconds": cpu2 - cpu1, "cdf_cpu_seconds": cpu1 - cpu0,
+                 "cpu_rate_ratio": round((n_api / max(cpu2 - cpu1, 1e-9))
+                                         / (cdf.num_rows / max(cpu1 - cpu0, 1e-9)), 3)}))
     ctx.report.add(Figure(
         f"shards.arrow.{label}", f"{label} records of {SHARDS} shards via get_records_arrow "
         f"(best of {ARROW_ROUNDS}, alternating)", arrow_rate, "records/s", best_cdf_rate,
