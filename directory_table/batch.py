@@ -56,6 +56,25 @@ def event_table(events: Sequence[FileEvent]) -> pa.Table:
     }, schema=EVENT_SCHEMA)
 
 
+class _RowEvents(Sequence[FileEvent]):
+    """The rows of an event table as `FileEvent`s, each made when asked for."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        row = {k: v[0] for k, v in self._table.slice(i, 1).to_pydict().items()}
+        return FileEvent(EventKind.CREATED if row["created"] else EventKind.REMOVED,
+                         row["relative_path"], size=row["size"], etag=row["etag"],
+                         last_modified_time=row["last_modified_time"],
+                         sequencer=row["_sequencer"], event_time=row["_event_time"])
+
+
 def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
@@ -133,8 +152,15 @@ class Batch:
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, events: Sequence[FileEvent]) -> Batch:
-        table = event_table(events)
+    def of(cls, events: Sequence[FileEvent] | pa.Table) -> Batch:
+        """The batch of `events`: `FileEvent`s, or their columns already (`EVENT_SCHEMA`, a
+        refresh's differences: no object per row, unless the newest event of a path must be
+        decided event by event)."""
+        if isinstance(events, pa.Table):
+            table = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA)
+            events = _RowEvents(table)
+        else:
+            table = event_table(events)
         return cls(events, table, _newest(table, events))
 
     @property

@@ -17,7 +17,9 @@ table:
 4. Change data is written as Delta `cdc` files (`_change_data/`, one per bucket): exactly the
    `insert`, `update_preimage`, `update_postimage` and `delete` rows of the changed paths. A
    reader of the change feed (delta-rs, Spark) reads a version's `cdc` files instead of its
-   added and removed files, so the rows carried over report nothing.
+   added and removed files, so the rows carried over report nothing. A batch that only adds
+   new paths and rewrites no file (a backfill into new buckets) writes no `cdc` files: a
+   reader takes the rows of a version's added files as inserts then.
 5. One commit (`remove` + `add` + `cdc` actions, commitInfo with `readVersion`) is created at
    exactly `base_version + 1` with put-if-absent: an exclusive hard link on a local disk, a PUT
    with `If-None-Match: *` on S3 (what delta-rs >= 1.6 itself does there). A writer that loses
@@ -97,12 +99,16 @@ class Loaded:
 
     @classmethod
     def of(cls, rows: pa.Table, files: list[tuple[str, int, int]], paths: list[str]) -> Loaded:
+        if not rows.num_rows:  # nothing stored there (new buckets): no lookup to make
+            return cls(rows, files, rows, np.zeros(0, dtype=np.int64))
         where = pc.is_in(rows["relative_path"], value_set=pa.array(paths, pa.string()))
         positions = np.flatnonzero(where.to_numpy(zero_copy_only=False))
         return cls(rows, files, rows.take(pa.array(positions, pa.int64())), positions)
 
     def stored(self, paths: list[str]) -> pa.Table:
         """The rows of `paths` (those stored)."""
+        if not self.found.num_rows:
+            return self.found
         keys = self.found["relative_path"]
         return self.found.filter(pc.is_in(keys, value_set=pa.array(paths, pa.string())))
 
@@ -178,14 +184,18 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version
                                storage_options=storage_options)
     rows = loaded.rows
     names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
-    images = new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                      value_set=pa.array(updated, pa.string())))
+    # `new_rows` holds the images of `inserted` and of `updated` paths, nothing else
+    is_update = (pc.is_in(new_rows["relative_path"], value_set=pa.array(updated, pa.string()))
+                 if updated else pa.repeat(pa.scalar(False), new_rows.num_rows))
+    images = new_rows.filter(is_update) if updated else new_rows.slice(0, 0)
+    new_paths = new_rows.filter(pc.invert(is_update)) if updated else new_rows
     # per stored row: the index of its new image (-1: not updated), whether it is deleted;
     # worked out on the rows of the batch's paths only, then spread over all rows
     found = loaded.found["relative_path"]
     image_of = np.full(rows.num_rows, -1, dtype=np.int64)
-    image_of[loaded.positions] = pc.fill_null(
-        pc.index_in(found, value_set=images["relative_path"]), -1).to_numpy()
+    if updated:
+        image_of[loaded.positions] = pc.fill_null(
+            pc.index_in(found, value_set=images["relative_path"]), -1).to_numpy()
     gone = np.zeros(rows.num_rows, dtype=bool)
     if deleted:
         gone[loaded.positions] = pc.is_in(found, value_set=pa.array(
@@ -193,37 +203,38 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version
     hit = (image_of >= 0) | gone
     file_of = rows[_FILE].to_numpy()
     rewritten = np.unique(file_of[hit]).tolist()
-    # the rows of the rewritten files, in their order (files ordered by bucket and path range):
-    # an updated row takes its new image in place, a deleted one is dropped, so the files'
-    # sort order holds without sorting anything; one `take` builds them
-    keep = np.flatnonzero(np.isin(file_of, rewritten) & ~gone)
-    source = keep.copy()
-    moved = image_of[keep] >= 0
-    source[moved] = rows.num_rows + image_of[keep][moved]
-    # one chunk: `take` over the scan's many small chunks costs several times more
-    both = pa.concat_tables([rows.select(names),
-                             images.select(names).cast(rows.select(names).schema)])
-    kept = both.combine_chunks().take(pa.array(source, pa.int64()))
-    new_paths = new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                         value_set=pa.array(inserted, pa.string())))
+    if rewritten:
+        # the rows of the rewritten files, in their order (files ordered by bucket and path
+        # range): an updated row takes its new image in place, a deleted one is dropped, so
+        # the files' sort order holds without sorting anything; one `take` builds them
+        keep = np.flatnonzero(np.isin(file_of, rewritten) & ~gone)
+        source = keep.copy()
+        moved = image_of[keep] >= 0
+        source[moved] = rows.num_rows + image_of[keep][moved]
+        # one chunk: `take` over the scan's many small chunks costs several times more
+        both = pa.concat_tables([rows.select(names),
+                                 images.select(names).cast(rows.select(names).schema)])
+        kept = both.combine_chunks().take(pa.array(source, pa.int64()))
+    else:
+        kept = rows.select(names).slice(0, 0)
     data = _with_new_paths(kept, new_paths.select(names).cast(kept.schema))
 
-    stored = rows.take(pa.array(np.flatnonzero(hit), pa.int64())).drop_columns([_FILE])
-    cdc = pa.concat_tables([
-        _tagged(new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                         value_set=pa.array(inserted, pa.string()))), "insert"),
-        _tagged(stored.filter(pc.is_in(stored["relative_path"],
-                                       value_set=pa.array(updated, pa.string()))),
-                "update_preimage"),
-        _tagged(new_rows.filter(pc.is_in(new_rows["relative_path"],
-                                         value_set=pa.array(updated, pa.string()))),
-                "update_postimage"),
-        _tagged(stored.filter(pc.is_in(stored["relative_path"],
-                                       value_set=pa.array(deleted, pa.string()))), "delete"),
-    ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
+    if rewritten:
+        hit_rows = np.flatnonzero(hit)
+        stored = rows.take(pa.array(hit_rows, pa.int64())).drop_columns([_FILE])
+        stored_gone = pa.array(gone[hit_rows])
+        cdc = pa.concat_tables([
+            _tagged(new_paths, "insert"),
+            _tagged(stored.filter(pc.invert(stored_gone)), "update_preimage"),
+            _tagged(images, "update_postimage"),
+            _tagged(stored.filter(stored_gone), "delete"),
+        ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
+    else:  # only new paths in new files: a reader of the change feed takes the added files'
+        cdc = None  # rows as inserts (the Delta protocol), so no change data is written
 
     removes = [loaded.files[i] for i in rewritten]
-    write_commit(dt, version, removes=removes, adds=list(data), cdc=list(_by_bucket(cdc)),
+    write_commit(dt, version, removes=removes, adds=list(data),
+                 cdc=list(_by_bucket(cdc)) if cdc is not None else [],
                  data_change=True, now=now, storage_options=storage_options,
                  operation=("WRITE", {"mode": "Append", "rewrite": "volume-stream"}),
                  custom_metadata=custom_metadata,

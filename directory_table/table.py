@@ -222,13 +222,12 @@ class DirectoryTable:
         return self.base_url + relative_path
 
     # ---------------------------------------------------------------- writes
-    def apply(self, events: Iterable[FileEvent], *, listed_at_version: int | None = None,
-              ) -> ApplyResult:
+    def apply(self, events: Iterable[FileEvent] | pa.Table, *,
+              listed_at_version: int | None = None) -> ApplyResult:
         """Apply a batch of events in one commit (DESIGN §4.1–4.3).
 
-        `listed_at_version` marks the events as a listing's differences from that version
-        (refresh):
-        they are ordered by versions rather than clocks (see `planner`). Only the buckets (and
+        `events`: `FileEvent`s, or their columns (`batch.EVENT_SCHEMA`). `listed_at_version`
+        marks them as a listing's differences from that version (refresh): they are ordered by versions rather than clocks (see `planner`). Only the buckets (and
         files) the batch touches are read; a huge batch is planned a group of buckets at a
         time, so the stored rows in memory stay bounded by the group, not the table.
 
@@ -237,8 +236,7 @@ class DirectoryTable:
             1
         """
         started = time.perf_counter()
-        events = list(events)
-        batch = Batch.of(events)
+        batch = Batch.of(events if isinstance(events, pa.Table) else list(events))
         paths = batch.paths()
         for _attempt in range(_MAX_ATTEMPTS):
             dt, index = self._write_state()
@@ -259,7 +257,7 @@ class DirectoryTable:
             plan = self._plan(dt, layout, batch, paths, listed_at_version, loaded)
             result_kw = dict(inserted=len(plan.inserts), updated=len(plan.updates),
                              deleted=len(plan.deletes), ignored=plan.ignored + batch.dropped,
-                             unchanged=plan.unchanged, events=len(events))
+                             unchanged=plan.unchanged, events=batch.table.num_rows)
             if plan.empty:
                 if len(plan.remembered):  # no new version; a refresh listed at
                     # base_version or later may still name the path (its listing wins)

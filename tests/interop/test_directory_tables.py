@@ -62,6 +62,9 @@ def _grow(table: DirectoryTable, compaction: str) -> set[int]:
     compacted = table.version()
     assert compacted == before + 1
     h.apply(puts=[("f4", 44), ("h", 7)], removes=["g"])
+    # only new paths, past every file's range: our writer rewrites no file and writes no
+    # change data (a reader takes the added files' rows as inserts)
+    h.apply(puts=[("zz/a", 1), ("zz/b", 2), ("zz/c", 3)])
     return {compacted}
 
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.events import EventKind
+from connectors.events import InvalidPathError, validate_relative_path
 from connectors.protocols import LISTING_SCHEMA
-from volume_stream.volumes.refresh import diff_listing
+from volume_stream.volumes.refresh import diff_listing, valid_paths
 
 T = datetime(2026, 1, 1, 12, 0, 0, 123000, tzinfo=UTC)
 
@@ -19,6 +19,12 @@ def table(rows):
     return pa.Table.from_pylist(
         [dict(zip(["relative_path", "size", "last_modified_time", "etag"], r, strict=True))
          for r in rows], schema=LISTING_SCHEMA)
+
+
+def kinds(events: pa.Table) -> list[tuple[str, str]]:
+    """(kind, path) of a diff's events, sorted."""
+    return sorted(("CREATED" if e["created"] else "REMOVED", e["relative_path"])
+                  for e in events.to_pylist())
 
 
 def with_order(stored):
@@ -39,20 +45,18 @@ def test_diff_kinds():
                      ("untagged", 1, T + timedelta(seconds=1), None),
                      ("new", 5, T, "n")])
     events, invalid = diff_listing(listing, stored, T + timedelta(minutes=5))
-    got = sorted((e.kind.value, e.relative_path) for e in events)
-    assert got == [("CREATED", "new"), ("CREATED", "resized"), ("CREATED", "retagged"),
-                   ("CREATED", "untagged"), ("REMOVED", "gone")]
+    assert kinds(events) == [("CREATED", "new"), ("CREATED", "resized"), ("CREATED", "retagged"),
+                             ("CREATED", "untagged"), ("REMOVED", "gone")]
     assert invalid == 0
-    assert all(e.source_id == "refresh" for e in events)
     # a CREATED carries the object's own time; a REMOVED the sequencer of the image it removes
     # and the listing's time (the file was gone when the listing began), so only an event newer
     # than both can bring the path back
-    (gone,) = [e for e in events if e.kind is EventKind.REMOVED]
-    assert (gone.sequencer, gone.event_time) == ("0A", T + timedelta(minutes=5))
-    untagged = next(e for e in events if e.relative_path == "untagged")
-    assert untagged.event_time == T + timedelta(seconds=1)
-    assert next(e for e in events if e.kind is EventKind.CREATED and
-                e.relative_path == "new").size == 5
+    by_path = {e["relative_path"]: e for e in events.to_pylist()}
+    gone = by_path["gone"]
+    assert (gone["_sequencer"], gone["_event_time"]) == ("0A", T + timedelta(minutes=5))
+    assert gone["size"] is None and not gone["created"]
+    assert by_path["untagged"]["_event_time"] == T + timedelta(seconds=1)
+    assert by_path["new"]["size"] == 5 and by_path["new"]["_sequencer"] is None
 
 
 def test_a_late_event_of_an_image_a_refresh_removed_does_not_bring_it_back(tmp_path):
@@ -99,7 +103,7 @@ def test_diff_is_the_plain_rule_on_any_listing(stored, listed, chunks):
         listing = pa.concat_tables([listing.slice(i, step)
                                     for i in range(0, listing.num_rows, step)])
     events, _ = diff_listing(listing, with_order(table(rows(stored))), T)
-    got = sorted((e.kind.value, e.relative_path) for e in events)
+    got = kinds(events)
     want = []
     for p, (size, etag, s) in listed.items():
         old = stored.get(p)
@@ -108,3 +112,28 @@ def test_diff_is_the_plain_rule_on_any_listing(stored, listed, chunks):
             want.append(("CREATED", p))
     want += [("REMOVED", p) for p in stored if p not in listed]
     assert got == sorted(want)
+
+
+_path_chars = st.sampled_from(["a", "é", "/", ".", "\\", "\x00", "\x1f", "\x7f", " ", "+", "\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(paths=st.lists(st.text(_path_chars, max_size=8), max_size=20))
+def test_paths_are_checked_on_the_column_as_one_by_one(paths):
+    """`valid_paths` (a regex over the column, the few suspects checked one by one) takes
+    exactly the paths `validate_relative_path` takes."""
+    def one(path: str) -> bool:
+        try:
+            validate_relative_path(path)
+            return True
+        except InvalidPathError:
+            return False
+
+    assert valid_paths(pa.array(paths, pa.string())).tolist() == [one(p) for p in paths]
+
+
+def test_unsafe_paths_and_sizes_are_counted_not_listed():
+    listing = table([("ok", 1, T, "a"), ("a/../b", 1, T, "b"), ("c\\d", 1, T, "c"),
+                     ("neg", -1, T, "d"), ("d/", 0, T, None)])
+    events, invalid = diff_listing(listing, with_order(table([])), T)
+    assert kinds(events) == [("CREATED", "d/"), ("CREATED", "ok")] and invalid == 3

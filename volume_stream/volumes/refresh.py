@@ -1,13 +1,14 @@
 """Full-listing reconcile (DESIGN §4.4): list a volume, diff the listing against the directory
-table's current version, and turn the difference into events for one `apply`.
+table's current version, and turn the difference into events (as columns) to `apply`.
 
 The diff is vectorised (no Python loop over the listing): one hash lookup of the listed paths
 among the stored ones (`diff_listing`), on the driver, a group of buckets at a time
 (`diff_by_buckets` for a listing in memory, `diff_refresh` for one spilled per bucket
 partition by `_spill.Listing`), so neither the stored rows nor the listing of a huge volume
-are ever all in memory; in Spark when the listing passes `spark_diff_threshold`. Only the rows
-that differ become `FileEvent`s. It heals missed events and backfills files that existed
-before the volume had a queue.
+are ever all in memory; in Spark when the listing passes `spark_diff_threshold`. The rows that
+differ become events in `batch.EVENT_SCHEMA` columns, one table per group, with no object per
+row (paths are checked on the column, `valid_paths`). It heals missed events and backfills
+files that existed before the volume had a queue.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.events import EventKind, FileEvent, InvalidPathError
+from connectors.events import InvalidPathError, validate_relative_path
 from connectors.protocols import LISTING_SCHEMA
+from directory_table.batch import EVENT_SCHEMA
 from directory_table.layout import bucket_array
+from directory_table.schema import TS
 from volume_stream.volumes._spill import Listing, accepted_rows
 
 __all__ = ["ROWS_PER_BUCKET_GROUP", "Listing", "Progress", "accepted_rows", "counted",
            "diff_by_buckets", "diff_listing", "diff_listing_spark", "diff_refresh",
-           "group_size_for", "read_listing"]
+           "group_size_for", "read_listing", "valid_paths"]
 
 #: `progress(stage, listed, changed)`: stage is "listing", "diffing" or "committing"
 Progress = Callable[[str, int, int], None]
@@ -70,47 +73,47 @@ def counted(batches: Iterable[pa.RecordBatch], progress: Progress | None,
 
 
 #: `diff(listing, stored, listed_at, store_times=...)`: `diff_listing` or a Spark diff
-Diff = Callable[..., tuple[list[FileEvent], int]]
+Diff = Callable[..., tuple[pa.Table, int]]
 
 
 def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None], pa.Table],
                     buckets: int, listed_at: datetime, *, store_times: bool = True,
                     group_size: int = 16, progress: Progress | None = None,
                     diff: Diff | None = None, stored: pa.Table | None = None,
-                    ) -> tuple[list[FileEvent], int]:
+                    ) -> Iterator[tuple[pa.Table, int]]:
     """`diff_listing`, a group of `group_size` buckets at a time: the listing's rows of the
     group (by the table's bucket hash of their path) against `read_stored(group)`, the stored
     rows of those buckets only (`read_stored(None)`: all of them, when there is one group;
-    `stored`: those rows, already read). The events are those of one whole diff; only one
-    group's stored rows are held at once."""
+    `stored`: those rows, already read). Yields each group's (events, invalid paths); only
+    one group's stored rows are held at once."""
     diff = diff or diff_listing
-    events: list[FileEvent] = []
-    invalid = 0
     if buckets <= 1 or group_size >= buckets:
         events, invalid = diff(listing, read_stored(None) if stored is None else stored,
                                listed_at, store_times=store_times)
         if progress is not None:
-            progress("diffing", listing.num_rows, len(events))
-        return events, invalid
+            progress("diffing", listing.num_rows, events.num_rows)
+        yield events, invalid
+        return
     of_path = bucket_array(listing["relative_path"].to_pylist(), buckets)
+    found = 0
     for start in range(0, buckets, group_size):
         stop = min(buckets, start + group_size)
         part = listing.filter(pc.and_(pc.greater_equal(of_path, start), pc.less(of_path, stop)))
-        found, bad = diff(part, read_stored(list(range(start, stop))), listed_at,
-                          store_times=store_times)
-        events.extend(found)
-        invalid += bad
+        events, invalid = diff(part, read_stored(list(range(start, stop))), listed_at,
+                               store_times=store_times)
+        found += events.num_rows
         if progress is not None:
-            progress("diffing", listing.num_rows, len(events))
-    return events, invalid
+            progress("diffing", listing.num_rows, found)
+        yield events, invalid
 
 
 def diff_refresh(listing: Listing, read_stored: Callable[[list[int] | None], pa.Table],
                  stored_rows: int, listed_at: datetime, *, store_times: bool = True,
                  progress: Progress | None = None, diff: Diff | None = None,
-                 stored: pa.Table | None = None) -> tuple[list[FileEvent], int]:
+                 stored: pa.Table | None = None) -> Iterator[tuple[pa.Table, int]]:
     """The diff of a whole listing (`Listing`, after `finish`) against the table holding
-    `stored_rows` rows: in memory by bucket groups (`diff_by_buckets`; `stored`: the stored
+    `stored_rows` rows, a group of buckets at a time (each group's events and invalid paths
+    yielded in turn): in memory by bucket groups (`diff_by_buckets`; `stored`: the stored
     rows when already read and one group will do), or, for a spilled listing, a group of
     partitions at a time, each read back from its spill files next to the stored rows of its
     buckets only."""
@@ -122,24 +125,23 @@ def diff_refresh(listing: Listing, read_stored: Callable[[list[int] | None], pa.
             if buckets > 1 else 1
         if stored is not None and group_size < buckets:
             stored = None  # read a group at a time instead
-        return diff_by_buckets(table, read_stored, buckets, listed_at, store_times=store_times,
-                               group_size=group_size, progress=progress, diff=diff,
-                               stored=stored)
-    events: list[FileEvent] = []
-    invalid = 0
+        yield from diff_by_buckets(table, read_stored, buckets, listed_at,
+                                   store_times=store_times, group_size=group_size,
+                                   progress=progress, diff=diff, stored=stored)
+        return
+    found = 0
     for partitions in listing.groups(stored_rows):
         part = listing.read(partitions)
-        found, bad = diff(part, read_stored(listing.buckets_of(partitions)), listed_at,
-                          store_times=store_times)
-        events.extend(found)
-        invalid += bad
+        events, invalid = diff(part, read_stored(listing.buckets_of(partitions)), listed_at,
+                               store_times=store_times)
+        found += events.num_rows
         if progress is not None:
-            progress("diffing", listing.rows, len(events))
-    return events, invalid
+            progress("diffing", listing.rows, found)
+        yield events, invalid
 
 
 def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
-                 store_times: bool = True) -> tuple[list[FileEvent], int]:
+                 store_times: bool = True) -> tuple[pa.Table, int]:
     """Events that make `stored` (relative_path, size, etag, last_modified_time, _sequencer,
     _event_time) equal to `listing`, joined in Arrow. Returns (events, invalid_paths).
 
@@ -176,7 +178,7 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
 
 
 def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
-                       store_times: bool = True) -> tuple[list[FileEvent], int]:
+                       store_times: bool = True) -> tuple[pa.Table, int]:
     """`diff_listing` with the join in Spark; only differing rows return to the driver."""
     from pyspark.sql import functions as F
 
@@ -219,30 +221,59 @@ def _changed(joined: pa.Table) -> pa.ChunkedArray:
                pc.and_(no_etag, _differs(joined, "last_modified_time"))), False)
 
 
-def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_times: bool,
-            ) -> tuple[list[FileEvent], int]:
-    """CREATED events for the listed rows `creates`, REMOVED for the stored rows `removes`
-    (relative_path, _sequencer, _event_time)."""
-    events: list[FileEvent] = []
-    invalid = 0
-    cols = creates.select(_KEYS).to_pydict()
-    for path, size, etag, lmt in zip(cols["relative_path"], cols["size"], cols["etag"],
-                                     cols["last_modified_time"], strict=True):
+#: every path `validate_relative_path` refuses matches (an empty, '.' or '..' segment, a
+#: leading '/', a backslash or a control character): only these few are checked one by one
+_SUSPECT = r"^$|^/|//|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f\\]"
+
+
+def valid_paths(paths: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per path, whether `validate_relative_path` takes it, decided on the column."""
+    suspect = pc.fill_null(pc.match_substring_regex(paths, _SUSPECT), True)
+    ok = ~suspect.to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(~ok).tolist():
         try:
-            # an object's own time (the store's clock), so later events compare against it;
-            # a local file's mtime is no clock: the listing's time is
-            when = (lmt or listed_at) if store_times else listed_at
-            events.append(FileEvent(EventKind.CREATED, path, size=size, etag=etag,
-                                    last_modified_time=lmt, event_time=when,
-                                    source_id="refresh"))
+            validate_relative_path(paths[i].as_py())
+            ok[i] = True
         except InvalidPathError:
-            invalid += 1
-    gone = removes.select(["relative_path", *_ORDER]).to_pydict()
-    for path, seq, evt in zip(gone["relative_path"], gone["_sequencer"], gone["_event_time"],
-                              strict=True):
-        # gone when the listing began: any write older than that is gone too, even one whose
-        # event (ms, from the queue) looks newer than the row a listing wrote (whole seconds)
-        events.append(FileEvent(EventKind.REMOVED, path, sequencer=seq,
-                                event_time=max(evt, listed_at) if evt else listed_at,
-                                source_id="refresh"))
-    return events, invalid
+            pass
+    return ok
+
+
+def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_times: bool,
+            ) -> tuple[pa.Table, int]:
+    """The events (`EVENT_SCHEMA` columns, no object per row) that create the listed rows
+    `creates` and remove the stored rows `removes` (relative_path, _sequencer, _event_time),
+    and the count of listed rows left out for an unsafe path or no size."""
+    keep = valid_paths(creates["relative_path"]) & \
+        pc.fill_null(pc.greater_equal(creates["size"], 0), False).to_numpy(zero_copy_only=False)
+    invalid = int((~keep).sum())
+    if invalid:
+        creates = creates.filter(pa.array(keep))
+    at = pa.scalar(listed_at, TS)
+    n = creates.num_rows
+    lmt = creates["last_modified_time"].cast(TS)
+    made = pa.table({
+        "relative_path": creates["relative_path"],
+        "created": pa.repeat(pa.scalar(True), n),
+        "size": creates["size"],
+        "etag": creates["etag"],
+        "last_modified_time": lmt,
+        "_sequencer": pa.nulls(n, pa.string()),
+        # an object's own time (the store's clock), so later events compare against it; a
+        # local file's mtime is no clock: the listing's time is
+        "_event_time": pc.fill_null(lmt, at) if store_times else pa.repeat(at, n),
+    }, schema=EVENT_SCHEMA)
+    m = removes.num_rows
+    evt = removes["_event_time"].cast(TS)
+    # gone when the listing began: any write older than that is gone too, even one whose
+    # event (ms, from the queue) looks newer than the row a listing wrote (whole seconds)
+    gone = pa.table({
+        "relative_path": removes["relative_path"],
+        "created": pa.repeat(pa.scalar(False), m),
+        "size": pa.nulls(m, pa.int64()),
+        "etag": pa.nulls(m, pa.string()),
+        "last_modified_time": pa.nulls(m, TS),
+        "_sequencer": removes["_sequencer"],
+        "_event_time": pc.if_else(pc.fill_null(pc.greater(evt, at), False), evt, at),
+    }, schema=EVENT_SCHEMA)
+    return pa.concat_tables([made, gone]), invalid

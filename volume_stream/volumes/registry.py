@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
+from itertools import chain
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -299,27 +300,41 @@ class VolumeRegistry:
                         if listing.rows > threshold else None)
                 if report is not None:  # paths with events newer than the report keep them
                     diff = snapshot_diff(listed_at, newer_tombstones(table, listed_at), diff)
-                events, invalid = diff_refresh(
-                    listing, read_stored, stored_rows, listed_at,
-                    store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
-                    progress=progress, diff=diff, stored=stored)
+                # the listing (every report file checked) is whole before the first commit;
+                # the differences commit in chunks of about a bucket group's rows, so memory
+                # stays bounded by a group whatever the volume's size
+                invalid, counts, version = 0, [0, 0, 0], None
+                held: list[pa.Table] = []
+                for found, bad in chain(diff_refresh(
+                        listing, read_stored, stored_rows, listed_at,
+                        store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
+                        progress=progress, diff=diff, stored=stored), [(None, 0)]):
+                    invalid += bad
+                    if found is not None and found.num_rows:
+                        held.append(found)
+                    if held and (found is None or sum(t.num_rows for t in held) >= group_rows):
+                        if progress is not None:
+                            progress("committing", listing.rows, sum(counts))
+                        result = table.apply(pa.concat_tables(held), listed_at_version=base)
+                        held = []
+                        counts = [counts[0] + result.inserted, counts[1] + result.updated,
+                                  counts[2] + result.deleted]
+                        version = result.version if result.version is not None else version
                 listed = listing.rows
+                if progress is not None:  # every difference is committed
+                    progress("committing", listed, sum(counts))
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
-        if progress is not None:
-            progress("committing", listed, len(events))
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
-        result = table.apply(events, listed_at_version=base) if events else None
         seconds = (datetime.now(UTC) - started).total_seconds()
-        counts = (result.inserted, result.updated, result.deleted) if result else (0, 0, 0)
         log.info("refresh %s%s: listed %d, +%d ~%d -%d in %.2fs", spec.name,
                  f" from the inventory of {listed_at.isoformat()}" if report else "", listed,
                  *counts, seconds)
         return RefreshMetrics(listed=listed, inserted=counts[0], updated=counts[1],
-                              deleted=counts[2], version=result.version if result else None,
+                              deleted=counts[2], version=version,
                               invalid_paths=invalid, seconds=seconds,
                               inventory_created=listed_at if report else None)
 
