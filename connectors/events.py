@@ -18,6 +18,10 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from connectors.errors import InvalidPathError
 
 __all__ = [
@@ -67,6 +71,25 @@ def validate_relative_path(path: str) -> str:
                 f"relative path has an empty, '.' or '..' segment: {path!r}"
             )
     return path
+
+
+#: every path `validate_relative_path` refuses matches (an empty, '.' or '..' segment, a leading
+#: '/', a backslash or a control character); a column is checked with it, and only the few
+#: paths it matches one by one
+_SUSPECT = r"^$|^/|//|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f\\]"
+
+
+def valid_paths(paths: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per path of a column, whether `validate_relative_path` takes it (a null: no)."""
+    suspect = pc.fill_null(pc.match_substring_regex(paths, _SUSPECT), True)
+    ok = ~suspect.to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(~ok).tolist():
+        try:
+            validate_relative_path(paths[i].as_py())
+            ok[i] = True
+        except InvalidPathError:
+            pass
+    return ok
 
 
 def compare_sequencers(a: str, b: str) -> int:

@@ -39,13 +39,14 @@ from datetime import UTC, datetime
 from typing import IO, Any
 from urllib.parse import unquote_plus
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from connectors._objects import normalize_etag
 from connectors.errors import ConnectorError, InventoryError
-from connectors.events import InvalidPathError
+from connectors.events import InvalidPathError, valid_paths, validate_relative_path
 from connectors.protocols import LISTING_SCHEMA, Lister
 from connectors.scope import BucketScope
 
@@ -61,8 +62,6 @@ _COLUMNS = {"bucket": "bucket", "key": "key", "versionid": "version_id",
 _NEEDED = ("bucket", "key", "size", "last_modified_date", "e_tag")
 #: the timestamp folder of a report: YYYY-MM-DDTHH-MMZ
 _STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z$")
-#: relative paths `validate_relative_path` would refuse (checked per row only when matched)
-_SUSPECT = r"(^/|//|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f\\])"
 _BATCH_ROWS = 65_536
 
 
@@ -266,7 +265,7 @@ class InventoryLister(Lister):
             for e in ends[1:]:
                 any_end = pc.or_(any_end, e)
             keep = pc.and_(keep, any_end)
-        keep = pc.and_(keep, self._safe(paths))
+        keep = pc.and_(keep, pa.array(self._safe(paths)))
         table, paths = table.filter(keep), paths.filter(keep)
         size, modified, etag = (table["size"], table["last_modified_date"], table["e_tag"])
         if csv:
@@ -281,26 +280,18 @@ class InventoryLister(Lister):
             return pa.RecordBatch.from_pylist([], schema=LISTING_SCHEMA)
         return out.combine_chunks().to_batches(max_chunksize=out.num_rows)[0]  # no scan
 
-    def _safe(self, paths: pa.ChunkedArray) -> pa.ChunkedArray:
+    def _safe(self, paths: pa.ChunkedArray) -> np.ndarray:
         """False for the paths `validate_relative_path` refuses (counted in `malformed`)."""
-        suspect = pc.match_substring_regex(paths, _SUSPECT)
-        if not pc.any(suspect).as_py():
-            return pc.invert(suspect)
-        from connectors.events import validate_relative_path
-
-        safe = []
-        for path, bad in zip(paths.to_pylist(), suspect.to_pylist(), strict=True):
-            ok = True
-            if bad:
-                try:
-                    validate_relative_path(path)
-                except InvalidPathError as exc:
-                    ok = False
-                    self.malformed += 1
-                    log.warning("skipping %s: %s", self.scope.object_url(
-                        self.scope.bucket, self.scope.prefix + path), exc)
-            safe.append(ok)
-        return pa.chunked_array([pa.array(safe, pa.bool_())])
+        safe = valid_paths(paths)
+        for i in np.flatnonzero(~safe).tolist():
+            path = paths[i].as_py()
+            try:
+                validate_relative_path(path)
+            except InvalidPathError as exc:
+                self.malformed += 1
+                log.warning("skipping %s: %s", self.scope.object_url(
+                    self.scope.bucket, self.scope.prefix + path), exc)
+        return safe
 
 
 def _present(names: list[str]) -> list[str]:
@@ -317,12 +308,13 @@ def _true(column: pa.ChunkedArray, *, default: bool) -> pa.ChunkedArray:
 
 
 def _unquote(keys: pa.ChunkedArray) -> pa.ChunkedArray:
-    """URL-decode CSV keys (`+` is a space), in Python only for keys that need it."""
-    encoded = pc.or_(pc.match_substring(keys, "%"), pc.match_substring(keys, "+"))
-    if not pc.any(encoded).as_py():
-        return keys
-    values = [unquote_plus(k) if e else k
-              for k, e in zip(keys.to_pylist(), encoded.to_pylist(), strict=True)]
+    """URL-decode CSV keys (`+` is a space): on the column, in Python only for the keys with
+    a %-escape."""
+    escaped = pc.match_substring(keys, "%")
+    if not pc.any(escaped).as_py():
+        return pc.replace_substring(keys, "+", " ")
+    values = [unquote_plus(k) if e else k.replace("+", " ")
+              for k, e in zip(keys.to_pylist(), escaped.to_pylist(), strict=True)]
     return pa.chunked_array([pa.array(values, pa.string())])
 
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.events import InvalidPathError, validate_relative_path
+from connectors.events import InvalidPathError, valid_paths, validate_relative_path
 from connectors.protocols import LISTING_SCHEMA
-from volume_stream.volumes.refresh import diff_listing, valid_paths
+from volume_stream.volumes.refresh import diff_listing
 
 T = datetime(2026, 1, 1, 12, 0, 0, 123000, tzinfo=UTC)
 

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.events import InvalidPathError, validate_relative_path
+from connectors.events import valid_paths
 from connectors.protocols import LISTING_SCHEMA
 from directory_table.batch import EVENT_SCHEMA
 from directory_table.layout import bucket_array
@@ -29,7 +29,7 @@ from volume_stream.volumes._spill import Listing, accepted_rows
 
 __all__ = ["ROWS_PER_BUCKET_GROUP", "Listing", "Progress", "accepted_rows", "counted",
            "diff_by_buckets", "diff_listing", "diff_listing_spark", "diff_refresh",
-           "group_size_for", "read_listing", "valid_paths"]
+           "group_size_for", "read_listing"]
 
 #: `progress(stage, listed, changed)`: stage is "listing", "diffing" or "committing"
 Progress = Callable[[str, int, int], None]
@@ -219,24 +219,6 @@ def _changed(joined: pa.Table) -> pa.ChunkedArray:
     return pc.fill_null(
         pc.or_(pc.or_(_differs(joined, "size"), _differs(joined, "etag")),
                pc.and_(no_etag, _differs(joined, "last_modified_time"))), False)
-
-
-#: every path `validate_relative_path` refuses matches (an empty, '.' or '..' segment, a
-#: leading '/', a backslash or a control character): only these few are checked one by one
-_SUSPECT = r"^$|^/|//|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f\\]"
-
-
-def valid_paths(paths: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Per path, whether `validate_relative_path` takes it, decided on the column."""
-    suspect = pc.fill_null(pc.match_substring_regex(paths, _SUSPECT), True)
-    ok = ~suspect.to_numpy(zero_copy_only=False)
-    for i in np.flatnonzero(~ok).tolist():
-        try:
-            validate_relative_path(paths[i].as_py())
-            ok[i] = True
-        except InvalidPathError:
-            pass
-    return ok
 
 
 def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_times: bool,
