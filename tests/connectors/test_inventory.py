@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.orc as orc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connectors.errors import InventoryError, ObjectNotFoundError
 from connectors.inventory import InventoryLister, newest_manifest, parse_created, parse_manifest
@@ -136,3 +138,17 @@ def test_the_newest_report_of_a_bucket():
     assert newest_manifest(keys, "src") == keys[1]
     assert newest_manifest(keys, "other") == keys[3]
     assert newest_manifest(keys, "none") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.text(st.sampled_from("ab +%/é"), max_size=6), max_size=8))
+def test_csv_keys_decode_as_urllib_does(keys):
+    """`_unquote` (on the column when no key has a %-escape) agrees with `unquote_plus` on
+    keys as AWS writes them (quote_plus) and on the raw keys themselves."""
+    from urllib.parse import quote_plus, unquote_plus
+
+    from connectors.inventory import _unquote
+
+    for column in ([quote_plus(k, safe="/") for k in keys], [k for k in keys if "%" not in k]):
+        got = _unquote(pa.chunked_array([pa.array(column, pa.string())])).to_pylist()
+        assert got == [unquote_plus(k) for k in column]
