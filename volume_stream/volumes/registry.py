@@ -295,9 +295,9 @@ class VolumeRegistry:
                 for batch in counted(batches, progress):
                     listing.add(accepted_rows(batch, accept, spec.recursive))
                 listing.finish()
-                threshold = int(spec.options.get("spark_diff_threshold", 2_000_000))
+                threshold = spec.options.get("spark_diff_threshold")  # off unless set
                 diff = (partial(diff_listing_spark, self._spark())
-                        if listing.rows > threshold else None)
+                        if threshold is not None and listing.rows > int(threshold) else None)
                 if report is not None:  # paths with events newer than the report keep them
                     diff = snapshot_diff(listed_at, newer_tombstones(table, listed_at), diff)
                 # the listing (every report file checked) is whole before the first commit;
