@@ -10,8 +10,9 @@ newest manifest, check it, download and check each data file, decode, diff, comm
 around the call; the peak RSS is that process's (and its children's, if any).
 
 Baseline, same run: the listing a backfill would need without a report. A bucket gets 100k
-objects (`--quick`: 5k) and a volume on it is refreshed by its parallel ListObjectsV2 listing (8
-workers), also in a process of its own; its keys/s scaled to 10M keys is what listing the
+objects (`--quick`: 5k; put through moto's backend before its server starts answering) and a
+volume on it is refreshed by its parallel ListObjectsV2 listing (8 workers) over HTTP, also in
+a process of its own; its keys/s scaled to 10M keys is what listing the
 bucket would take. moto answers a page of 1,000 keys with no network latency, so this
 baseline flatters listing (on AWS each page is a round trip of tens of milliseconds, and a
 billion keys a million of them).
@@ -43,7 +44,7 @@ import pyarrow.parquet as pq
 
 from benchmarks._context import Context
 from benchmarks._report import Figure, count_label
-from benchmarks.warehouse import _ENV, _start_moto
+from benchmarks.warehouse import _ENV
 
 NAME = "inventory"
 TITLE = "backfill 10M keys from an S3 Inventory report (Parquet, CSV.gz) vs listing (moto)"
@@ -164,14 +165,36 @@ def _upload_report(s3, prefix: str, fmt: str, files: list[Path], created: dateti
                   Body=hashlib.md5(body).hexdigest().encode())
 
 
-def _fill(s3, n: int) -> None:
-    keys = _keys(0, n).to_pylist()
+#: moto's server on loopback, in a process of its own, with `LISTED` holding N objects put
+#: through moto's own S3 backend before it answers (100k PUTs over HTTP took over 10 minutes)
+_MOTO = r'''
+import socket, sys, time
+from moto.s3.models import s3_backends
+from moto.server import ThreadedMotoServer
+from benchmarks.inventory import LISTED, _keys
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+backend = s3_backends["123456789012"]["global"]
+backend.create_bucket(LISTED, "us-east-1")
+for key in _keys(0, int(sys.argv[1])).to_pylist():
+    backend.put_object(LISTED, key, b"x")
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+server.start()
+print(f"http://127.0.0.1:{port}", flush=True)
+sys.stdin.read()  # until the benchmark closes our stdin
+server.stop()
+'''
 
-    def put(key: str) -> None:
-        s3.put_object(Bucket=LISTED, Key=key, Body=b"x")
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(put, keys))
+def _start_moto(listed: int) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", _MOTO, str(listed)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    endpoint = proc.stdout.readline().strip()
+    if not endpoint.startswith("http://"):
+        proc.kill()
+        raise RuntimeError("moto's server did not start")
+    return proc, endpoint
 
 
 def _refresh(ctx: Context, name: str, location: str, **kw) -> dict:
@@ -189,14 +212,13 @@ def run(ctx: Context) -> None:
 
     keys, listed_keys = QUICK if ctx.quick else FULL
     reports = {fmt: _report_files(fmt, keys, ctx.report.say) for fmt in ("Parquet", "CSV")}
-    proc, endpoint = _start_moto()
+    proc, endpoint = _start_moto(listed_keys)
     saved = {k: os.environ.get(k) for k in [*_ENV, "AWS_ENDPOINT_URL"]}
     os.environ.update(_ENV, AWS_ENDPOINT_URL=endpoint)
     try:
         s3 = boto3.client("s3", endpoint_url=endpoint)
-        for bucket in (SOURCE, DEST, LISTED):
+        for bucket in (SOURCE, DEST):
             s3.create_bucket(Bucket=bucket)
-        _fill(s3, listed_keys)
         listing = _refresh(ctx, "listed", f"s3://{LISTED}/in/")
         if listing["inserted"] != listed_keys:
             raise RuntimeError(f"listing: {listing['inserted']} rows, expected {listed_keys}")
@@ -215,8 +237,8 @@ def run(ctx: Context) -> None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        proc.terminate()
-        proc.wait(10)
+        proc.stdin.close()
+        proc.wait(30)
     listing_rate = listed_keys / listing["seconds"]
     for fmt, got in results.items():
         rate = keys / got["seconds"]
