@@ -189,7 +189,8 @@ server.stop()
 
 def _start_moto(listed: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-c", _MOTO, str(listed)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)  # its request log
     endpoint = proc.stdout.readline().strip()
     if not endpoint.startswith("http://"):
         proc.kill()
