@@ -7,10 +7,12 @@ import io
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pytest
 from rich.console import Console
 
 from connectors.protocols import LISTING_SCHEMA
 from volume_stream.cli._progress import refresh_progress
+from volume_stream.errors import VolumeStreamError
 from volume_stream.volumes import refresh
 from volume_stream.volumes.refresh import diff_by_buckets, diff_listing, group_size_for
 
@@ -143,3 +145,34 @@ def test_a_refresh_at_an_unchanged_version_reuses_the_rows_it_read(catalog, data
     assert catalog.refresh("vol").version is None
     assert catalog.directory_table("vol").version() == 3
     assert catalog.directory_table("vol").snapshot(columns=["relative_path"]).num_rows == 29
+
+
+def test_a_refresh_stopped_between_its_commits_is_finished_by_the_next(catalog, data_dir,
+                                                                       monkeypatch):
+    """Differences commit a bucket group at a time; a refresh that fails after its first
+    commit leaves a consistent table, and the next refresh commits exactly the rest."""
+    from directory_table import DirectoryTable
+
+    monkeypatch.setattr(refresh, "ROWS_PER_BUCKET_GROUP", 50)
+    _tree(data_dir, 300)
+    catalog.create_volume("vol", data_dir)
+    table = catalog.directory_table("vol")
+    real_apply, calls = DirectoryTable.apply, []
+
+    def failing_second(self, events, **kw):
+        calls.append(len(events))
+        if len(calls) == 2:
+            raise OSError("disk full")  # the second commit of the refresh never happens
+        return real_apply(self, events, **kw)
+
+    monkeypatch.setattr(DirectoryTable, "apply", failing_second)
+    with pytest.raises(VolumeStreamError, match="disk full") as failed:
+        catalog.refresh("vol")
+    assert "'vol'" in str(failed.value)  # names the volume
+    monkeypatch.setattr(DirectoryTable, "apply", real_apply)
+    first = calls[0]
+    assert 0 < first < 300 and table.snapshot(columns=["relative_path"]).num_rows == first
+    m = catalog.refresh("vol")
+    assert (m.listed, m.inserted, m.updated, m.deleted) == (300, 300 - first, 0, 0)
+    assert table.snapshot(columns=["relative_path"]).num_rows == 300
+    assert catalog.refresh("vol").version is None
