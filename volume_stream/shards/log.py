@@ -376,8 +376,9 @@ class ChangeLog:
         return self._token(shard, pos)
 
     def _token(self, shard: Shard, pos: Position) -> str:
-        return self._signer.sign({"vid": self.owner_id, "vol": self.volume, "label": self.label,
-                                  "shard": shard.shard_id, "pos": list(pos)}, self.clock())
+        return self._signer.sign_position({"vid": self.owner_id, "vol": self.volume,
+                                           "label": self.label, "shard": shard.shard_id},
+                                          pos, self.clock())
 
     def _check_kept(self, pos: Position, oldest: int, shard_id: str) -> None:
         base = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
@@ -444,7 +445,7 @@ class ChangeLog:
         slices: list[tuple[Window, int, int]] = []
         count, window = 0, None
         with converted(f"{self.kind} {self.volume!r}"):
-            oldest = self.oldest_version()
+            oldest = self.source.oldest_version()
             self._check_kept(pos, oldest, shard.shard_id)
             hi = max(hi, shard.start_version)
             a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
@@ -463,8 +464,7 @@ class ChangeLog:
         keep = min(count, limit)
         if keep:
             keep = min(keep, fitting(slices, max_bytes, keep_old, keep_new))
-        cut = keep < count
-        if cut:
+        if keep < count:  # cut: the next page starts after the last record kept
             trimmed, left = [], keep
             for w, i, j in slices:
                 if left <= 0:
@@ -473,11 +473,11 @@ class ChangeLog:
                 left -= min(j, i + left) - i
             slices = trimmed
             w, _, j = slices[-1]
-            nxt: Position = (int(w.version[j - 1]), int(w.row[j - 1]))
+            nxt: Position = w.position(j)
         else:
             nxt = (a, MAX_ROW) if ran else pos  # every version up to `a` was read whole
-        if shard.closed and not cut and nxt[0] >= shard.end_version:
-            return slices, shard, None, window
+            if shard.closed and nxt[0] >= shard.end_version:
+                return slices, shard, None, window
         return slices, shard, self._token(shard, nxt), window
 
     # ------------------------------------------------------------------ changes

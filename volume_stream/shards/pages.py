@@ -22,6 +22,7 @@ columns are turned into lists once for the page, keys and images when a record f
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
@@ -275,15 +276,19 @@ def _block(window: Window, k: int, shard: Shard, view_type: str,
            commit_time: Callable[[int], datetime]) -> pa.Table:
     """Block k (records k * TABLE_BLOCK on) of the window's page table, made once and kept
     (the last `_BLOCKS_KEPT` per shard and view type) while the window is."""
-    made = window.tables.setdefault((shard.shard_id, view_type), {})
-    table = made.pop(k, None)
+    made = window.tables.get((shard.shard_id, view_type))
+    if made is None:
+        made = window.tables[shard.shard_id, view_type] = OrderedDict()
+    table = made.get(k)
     if table is None:
         a = k * TABLE_BLOCK
         table = _slice_table(window, a, min(len(window), a + TABLE_BLOCK), shard, view_type,
                              commit_time)
         while len(made) >= _BLOCKS_KEPT:
-            made.pop(next(iter(made)))
-    made[k] = table  # the most recent last
+            made.popitem(last=False)
+        made[k] = table
+    else:
+        made.move_to_end(k)  # the most recent last
     return table
 
 
@@ -292,6 +297,11 @@ def arrow_page(slices: list[tuple[Window, int, int]], shard: Shard, view_type: s
                ) -> pa.Table:
     """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`):
     slices of the windows' blocks; `empty` gives the schema when there are none."""
+    if len(slices) == 1:  # a page within one block of one window, mostly
+        w, i, j = slices[0]
+        k = i // TABLE_BLOCK
+        if j > i and (j - 1) // TABLE_BLOCK == k:
+            return _block(w, k, shard, view_type, commit_time).slice(i - k * TABLE_BLOCK, j - i)
     parts = []
     for w, i, j in slices:
         for k in range(i // TABLE_BLOCK, (j - 1) // TABLE_BLOCK + 1) if j > i else ():
