@@ -132,12 +132,18 @@ def _fixed_width(items: np.ndarray, width: int) -> pa.Array:
 
 def _events(old: np.ndarray, new: np.ndarray) -> pa.Array:
     """INSERT (a new image only), MODIFY (both) or REMOVE (the old one only) per record."""
-    kind = (old >= 0).astype(np.int8)
+    kind = (old >= 0).view(np.int8)
     kind[new < 0] = 2
-    if len(kind) and kind.min() == kind.max():  # a window of inserts, say
+    runs = np.flatnonzero(kind[1:] != kind[:-1]) + 1
+    if len(kind) and not len(runs):  # a window of inserts, say
         return pa.repeat(pa.scalar(_EVENTS[kind[0]].tobytes().decode(), pa.string()),
                          len(kind))
-    return _fixed_width(_EVENTS[kind], 6)
+    if len(runs) > _RUNS or not len(kind):
+        return _fixed_width(_EVENTS[kind], 6)
+    text = np.empty(len(kind), _EVENTS.dtype)  # run by run: a fill each
+    for a, b in zip([0, *runs.tolist()], [*runs.tolist(), len(kind)], strict=True):
+        text[a:b] = _EVENTS[kind[a]]
+    return _fixed_width(text, 6)
 
 
 def _row_texts(top: int) -> np.ndarray:
