@@ -297,10 +297,10 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
     version, phases = _numbers(cdf)
     perm = np.arange(cdf.num_rows, dtype=np.int64) if idx is None else \
         idx.astype(np.int64, copy=False)
-    perm = _sorted(cdf, perm, version, phases, keys)   # rows of cdf, in record order
-    v, phase = version[perm], phases[perm]
+    perm, v = _sorted(cdf, perm, version, phases, keys)  # rows of cdf, in record order
+    is_old = phases[perm] == 0
     # an old image followed by a new one of the same version: a pair if the keys match
-    at = np.flatnonzero((phase[:-1] < phase[1:]) & (v[:-1] == v[1:]))
+    at = np.flatnonzero(is_old[:-1] & ~is_old[1:] & (v[:-1] == v[1:]))
     if len(at):
         same_key = np.ones(len(at), bool)
         for k in keys:  # every key column equal (a null equals nothing)
@@ -309,8 +309,8 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
                                               col.take(pa.array(perm[at + 1]))), False
                                      ).to_numpy(zero_copy_only=False)
         at = at[same_key]
-    old = np.where(phase == 0, perm, -1)
-    new = np.where(phase == 0, -1, perm)
+    old = np.where(is_old, perm, -1)
+    new = np.where(is_old, -1, perm)
     if len(at):
         # one record per row but the second of a pair (a pair's first row is its old image)
         new[at] = perm[at + 1]
@@ -333,8 +333,9 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
 
 
 def _sorted(rows: pa.Table, perm: np.ndarray, version: np.ndarray, phases: np.ndarray,
-            keys: tuple[str, ...]) -> np.ndarray:
-    """`perm` (rows of `rows`) ordered by (version, key, phase), stably. The rows are first
+            keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """`perm` (rows of `rows`) ordered by (version, key, phase), stably, and their versions.
+    The rows are first
     grouped by (version, phase) with numpy (a radix sort of small codes), then each version's
     keys are sorted apart (an Arrow sort is stable: a key's old image stays first); with many
     versions, or versions too far apart for the codes, one Arrow sort of all three."""
@@ -350,19 +351,17 @@ def _sorted(rows: pa.Table, perm: np.ndarray, version: np.ndarray, phases: np.nd
     taken = pa.table({k: rows[k].take(pa.array(perm)) for k in keys})
     out = np.empty(len(perm), np.int64)
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        part = taken.slice(a, b - a)
-        order = pc.sort_indices(part[keys[0]] if len(keys) == 1 else part,
-                                [(k, "ascending") for k in keys])
+        order = pc.sort_indices(taken.slice(a, b - a), [(k, "ascending") for k in keys])
         out[a:b] = perm[a:b][order.to_numpy().view(np.int64)]
-    return out
+    return out, v  # (sorting within a version leaves the versions as they are)
 
 
 def _sorted_at_once(rows: pa.Table, perm: np.ndarray, v: np.ndarray, phase: np.ndarray,
-                    keys: tuple[str, ...]) -> np.ndarray:
+                    keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     sub = pa.table({"v": v, **{k: rows[k].take(pa.array(perm)) for k in keys}, "p": phase})
     order = pc.sort_indices(sub, [("v", "ascending"), *((k, "ascending") for k in keys),
-                                  ("p", "ascending")])
-    return perm[order.to_numpy().view(np.int64)]
+                                  ("p", "ascending")]).to_numpy().view(np.int64)
+    return perm[order], v[order]
 
 
 def _numbers(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
