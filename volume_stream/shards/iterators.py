@@ -9,6 +9,7 @@ DynamoDB shard iterator does. A forged, altered or expired token raises `Expired
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -30,8 +31,12 @@ _REMEMBERED = 256
 _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    """URL-safe base64 without padding (`urlsafe_b64encode(data).rstrip(b"=")`)."""
+    return binascii.b2a_base64(data, newline=False).translate(_URLSAFE).rstrip(b"=").decode()
 
 
 def _unb64(text: str) -> bytes:
