@@ -18,6 +18,7 @@ warehouse catalog (`shards.meta`), the records come from the directory table
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -193,6 +194,7 @@ class ChangeLog:
             target = Target(catalog, volume, key)
             self.meta = target.ensure(catalog.warehouse)
         self.kind, self.meta_name, self.owner_id = target.kind, target.meta_name, target.owner_id
+        self._what = f"{self.kind} {volume!r}"  # what errors name
         self.spec, self.table, self.source = target.spec, target.table, target.source
         self.retention_days = target.retention_days
         streams = {s["label"]: s for s in self.meta["streams"]}
@@ -213,7 +215,7 @@ class ChangeLog:
         self._signer = IteratorSigner(catalog.warehouse.location)
         #: version -> its commit time (read from the log once)
         self.commit_time = CommitTimes(self.source)
-        self._windows: dict[tuple[str, int, int], Window] = {}
+        self._windows: OrderedDict[tuple[str, int, int], Window] = OrderedDict()
         #: windows read for a shard's siblings along with its own (`_window`)
         self._ahead: dict[tuple[str, int, int], Window] = {}
         self._share = True
@@ -289,9 +291,11 @@ class ChangeLog:
         every shard does; once a miss finds read-ahead windows still unused (the readers do not
         move together), this change log reads one shard at a time from then on."""
         key = (shard.shard_id, a, b)
-        hit = self._windows.pop(key, None)
-        if hit is None:
-            hit = self._ahead.pop(key, None)
+        hit = self._windows.get(key)
+        if hit is not None:
+            self._windows.move_to_end(key)  # the most recent last
+            return hit
+        hit = self._ahead.pop(key, None)
         if hit is None:
             for k in [k for k in self._ahead if k[0] == shard.shard_id]:
                 del self._ahead[k]  # read ahead for an older range of this shard: stale
@@ -309,7 +313,7 @@ class ChangeLog:
                                for s, w in zip(group[1:], windows[1:], strict=True))
         self._windows[key] = hit
         while len(self._windows) > _WINDOWS_CACHED:
-            self._windows.pop(next(iter(self._windows)))
+            self._windows.popitem(last=False)
         return hit
 
     def _siblings(self, shard: Shard, a: int, b: int, oldest: int) -> list[Shard]:
@@ -376,8 +380,9 @@ class ChangeLog:
         return self._token(shard, pos)
 
     def _token(self, shard: Shard, pos: Position) -> str:
-        return self._signer.sign({"vid": self.owner_id, "vol": self.volume, "label": self.label,
-                                  "shard": shard.shard_id, "pos": list(pos)}, self.clock())
+        return self._signer.sign_position({"vid": self.owner_id, "vol": self.volume,
+                                           "label": self.label, "shard": shard.shard_id},
+                                          pos, self.clock())
 
     def _check_kept(self, pos: Position, oldest: int, shard_id: str) -> None:
         base = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
@@ -443,8 +448,8 @@ class ChangeLog:
         keep_new = self.view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE")
         slices: list[tuple[Window, int, int]] = []
         count, window = 0, None
-        with converted(f"{self.kind} {self.volume!r}"):
-            oldest = self.oldest_version()
+        with converted(self._what):
+            oldest = self.source.oldest_version()
             self._check_kept(pos, oldest, shard.shard_id)
             hi = max(hi, shard.start_version)
             a = pos[0] if pos[1] == MAX_ROW else pos[0] - 1
@@ -463,8 +468,7 @@ class ChangeLog:
         keep = min(count, limit)
         if keep:
             keep = min(keep, fitting(slices, max_bytes, keep_old, keep_new))
-        cut = keep < count
-        if cut:
+        if keep < count:  # cut: the next page starts after the last record kept
             trimmed, left = [], keep
             for w, i, j in slices:
                 if left <= 0:
@@ -473,11 +477,11 @@ class ChangeLog:
                 left -= min(j, i + left) - i
             slices = trimmed
             w, _, j = slices[-1]
-            nxt: Position = (int(w.version[j - 1]), int(w.row[j - 1]))
+            nxt: Position = w.position(j)
         else:
             nxt = (a, MAX_ROW) if ran else pos  # every version up to `a` was read whole
-        if shard.closed and not cut and nxt[0] >= shard.end_version:
-            return slices, shard, None, window
+            if shard.closed and nxt[0] >= shard.end_version:
+                return slices, shard, None, window
         return slices, shard, self._token(shard, nxt), window
 
     # ------------------------------------------------------------------ changes

@@ -22,6 +22,7 @@ columns are turned into lists once for the page, keys and images when a record f
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
@@ -131,12 +132,18 @@ def _fixed_width(items: np.ndarray, width: int) -> pa.Array:
 
 def _events(old: np.ndarray, new: np.ndarray) -> pa.Array:
     """INSERT (a new image only), MODIFY (both) or REMOVE (the old one only) per record."""
-    kind = (old >= 0).astype(np.int8)
+    kind = (old >= 0).view(np.int8)
     kind[new < 0] = 2
-    if len(kind) and kind.min() == kind.max():  # a window of inserts, say
+    runs = np.flatnonzero(kind[1:] != kind[:-1]) + 1
+    if len(kind) and not len(runs):  # a window of inserts, say
         return pa.repeat(pa.scalar(_EVENTS[kind[0]].tobytes().decode(), pa.string()),
                          len(kind))
-    return _fixed_width(_EVENTS[kind], 6)
+    if len(runs) > _RUNS or not len(kind):
+        return _fixed_width(_EVENTS[kind], 6)
+    text = np.empty(len(kind), _EVENTS.dtype)  # run by run: a fill each
+    for a, b in zip([0, *runs.tolist()], [*runs.tolist(), len(kind)], strict=True):
+        text[a:b] = _EVENTS[kind[a]]
+    return _fixed_width(text, 6)
 
 
 def _row_texts(top: int) -> np.ndarray:
@@ -275,15 +282,19 @@ def _block(window: Window, k: int, shard: Shard, view_type: str,
            commit_time: Callable[[int], datetime]) -> pa.Table:
     """Block k (records k * TABLE_BLOCK on) of the window's page table, made once and kept
     (the last `_BLOCKS_KEPT` per shard and view type) while the window is."""
-    made = window.tables.setdefault((shard.shard_id, view_type), {})
-    table = made.pop(k, None)
+    made = window.tables.get((shard.shard_id, view_type))
+    if made is None:
+        made = window.tables[shard.shard_id, view_type] = OrderedDict()
+    table = made.get(k)
     if table is None:
         a = k * TABLE_BLOCK
         table = _slice_table(window, a, min(len(window), a + TABLE_BLOCK), shard, view_type,
                              commit_time)
         while len(made) >= _BLOCKS_KEPT:
-            made.pop(next(iter(made)))
-    made[k] = table  # the most recent last
+            made.popitem(last=False)
+        made[k] = table
+    else:
+        made.move_to_end(k)  # the most recent last
     return table
 
 
@@ -292,6 +303,11 @@ def arrow_page(slices: list[tuple[Window, int, int]], shard: Shard, view_type: s
                ) -> pa.Table:
     """The records i to j of each (window, i, j), in order, as one table (`RECORD_COLUMNS`):
     slices of the windows' blocks; `empty` gives the schema when there are none."""
+    if len(slices) == 1:  # a page within one block of one window, mostly
+        w, i, j = slices[0]
+        k = i // TABLE_BLOCK
+        if j > i and (j - 1) // TABLE_BLOCK == k:
+            return _block(w, k, shard, view_type, commit_time).slice(i - k * TABLE_BLOCK, j - i)
     parts = []
     for w, i, j in slices:
         for k in range(i // TABLE_BLOCK, (j - 1) // TABLE_BLOCK + 1) if j > i else ():

@@ -32,6 +32,10 @@ __all__ = ["CommitTimes", "Window", "empty_window", "fitting", "pylist", "shard_
            "shard_windows"]
 
 _OLD = frozenset(("delete", "update_preimage"))
+#: page ends a window remembers (`Window.position`)
+_ENDS_KEPT = 1024
+#: versions of a window numbered run by run (more: at once)
+_FEW_RUNS = 256
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -124,6 +128,8 @@ class Window:
         self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
         #: columns of all its records that the blocks slice, made by `shards.pages` at once
         self.made: dict[Any, Any] = {}
+        #: `position`s handed out: (version, row) -> the index after it
+        self._ends: dict[tuple[int, int], int] = {}
 
     def __len__(self) -> int:
         return len(self.version)
@@ -134,7 +140,19 @@ class Window:
 
     def after(self, version: int, row: int) -> int:
         """The index of the first record after position (version, row)."""
+        known = self._ends.get((version, row))
+        if known is not None:
+            return known
         return int(np.searchsorted(self.keys, self.key_of(version, row), side="right"))
+
+    def position(self, j: int) -> tuple[int, int]:
+        """The position (version, row) of record j - 1, where a page ends; remembered, so the
+        next page's `after` it is known (j) without a search."""
+        pos = (int(self.version[j - 1]), int(self.row[j - 1]))
+        if len(self._ends) >= _ENDS_KEPT:
+            self._ends.clear()
+        self._ends[pos] = j
+        return pos
 
     def sizes(self, old: np.ndarray, new: np.ndarray, keep_old: bool, keep_new: bool
               ) -> np.ndarray:
@@ -180,11 +198,12 @@ def fitting(slices: list[tuple[Window, int, int]], max_bytes: int, keep_old: boo
     for w, i, j in slices:
         running = w.running_sizes(keep_old, keep_new)
         before = int(running[i - 1]) if i else 0
-        k = int(np.searchsorted(running[i:j], before + left, side="right"))
-        if k < j - i:
-            return max(1, taken + k)
-        taken += k
-        left -= int(running[j - 1]) - before
+        weight = int(running[j - 1]) - before
+        if weight > left:  # the records up to the first whose running size passes it
+            return max(1, taken + int(np.searchsorted(running[i:j], before + left,
+                                                      side="right")))
+        taken += j - i
+        left -= weight
     return taken
 
 
@@ -275,41 +294,81 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
         return Window(pa.table({c: [] for c in keep}), empty, empty, empty, empty, key, columns)
     if shared is None:
         cdf = _rows(cdf, key, columns)
-    sub = cdf.select(["_commit_version", *keys, "_phase"])
-    if idx is not None:
-        sub = sub.take(pa.array(idx))
-    order = pc.sort_indices(sub, [("_commit_version", "ascending"),
-                                  *((k, "ascending") for k in keys),
-                                  ("_phase", "ascending")]).to_numpy()
-    n = len(order)
-    v = sub["_commit_version"].to_numpy()[order]
-    phase = sub["_phase"].to_numpy()[order]
-    pair = np.zeros(n, bool)
-    if n > 1:
-        # an old image followed by a new one of the same version: a pair if the keys match
-        at = np.flatnonzero((v[:-1] == v[1:]) & (phase[:-1] == 0) & (phase[1:] == 1))
+    version, phases = _numbers(cdf)
+    perm = np.arange(cdf.num_rows, dtype=np.int64) if idx is None else \
+        idx.astype(np.int64, copy=False)
+    perm, v = _sorted(cdf, perm, version, phases, keys)  # rows of cdf, in record order
+    is_old = phases[perm] == 0
+    # an old image followed by a new one of the same version: a pair if the keys match
+    at = np.flatnonzero(is_old[:-1] & ~is_old[1:] & (v[:-1] == v[1:]))
+    if len(at):
         same_key = np.ones(len(at), bool)
         for k in keys:  # every key column equal (a null equals nothing)
-            col = sub[k]
-            same_key &= pc.fill_null(pc.equal(col.take(pa.array(order[at])),
-                                              col.take(pa.array(order[at + 1]))), False
+            col = cdf[k]
+            same_key &= pc.fill_null(pc.equal(col.take(pa.array(perm[at])),
+                                              col.take(pa.array(perm[at + 1]))), False
                                      ).to_numpy(zero_copy_only=False)
-        pair[at[same_key]] = True
-    perm = (order if idx is None else idx[order]).astype(np.int64, copy=False)  # rows of cdf
-    # one record per row but the second of a pair (a pair's first row is its old image)
-    first = np.flatnonzero(~np.r_[False, pair[:-1]]) if pair.any() else None
-    pf, phf, rv = (perm, phase, v) if first is None else (perm[first], phase[first], v[first])
-    old = np.where(phf == 0, pf, -1)
-    new = np.where(phf == 1, pf, -1)
-    if first is not None:
-        at = np.flatnonzero(pair[first])               # the records that are pairs
-        new[at] = perm[first[at] + 1]
+        at = at[same_key]
+    old = np.where(is_old, perm, -1)
+    new = np.where(is_old, -1, perm)
+    if len(at):
+        # one record per row but the second of a pair (a pair's first row is its old image)
+        new[at] = perm[at + 1]
+        keep = np.ones(len(perm), bool)
+        keep[at + 1] = False
         noop = _same(cdf, old[at], new[at], columns)   # a no-op rewrite is no record
-        if noop.any():
-            kept = np.ones(len(first), bool)
-            kept[at[noop]] = False
-            rv, old, new = rv[kept], old[kept], new[kept]
-    ar = np.arange(len(rv))
-    starts = np.flatnonzero(np.r_[True, rv[1:] != rv[:-1]]) if len(rv) else empty
-    row = ar - np.repeat(starts, np.diff(np.r_[starts, len(rv)])) if len(rv) else empty
-    return Window(cdf, rv.astype(np.int64, copy=False), row, old, new, key, columns, shared)
+        keep[at[noop]] = False
+        v, old, new = v[keep], old[keep], new[keep]
+    # the row of a record: its index among its version's records
+    row = np.arange(len(v), dtype=np.int64)
+    runs = np.flatnonzero(v[1:] != v[:-1]) + 1
+    if len(runs) > _FEW_RUNS:
+        starts = np.r_[0, runs]
+        row -= np.repeat(starts, np.diff(np.r_[starts, len(v)]))
+    else:  # a slice each (a window of the log has at most 64 versions)
+        ends = [*runs[1:].tolist(), len(v)] if len(runs) else []
+        for a, b in zip(runs.tolist(), ends, strict=True):
+            row[a:b] -= a
+    return Window(cdf, v, row, old, new, key, columns, shared)
+
+
+def _sorted(rows: pa.Table, perm: np.ndarray, version: np.ndarray, phases: np.ndarray,
+            keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """`perm` (rows of `rows`) ordered by (version, key, phase), stably, and their versions.
+    The rows are first
+    grouped by (version, phase) with numpy (a radix sort of small codes), then each version's
+    keys are sorted apart (an Arrow sort is stable: a key's old image stays first); with many
+    versions, or versions too far apart for the codes, one Arrow sort of all three."""
+    v = version[perm]
+    lo, hi = (int(v.min()), int(v.max())) if len(v) else (0, 0)
+    if (hi - lo) * 2 + 1 >= 1 << 16:
+        return _sorted_at_once(rows, perm, v, phases[perm], keys)
+    grouped = np.argsort(((v - lo) * 2 + phases[perm]).astype(np.uint16), kind="stable")
+    perm, v = perm[grouped], v[grouped]
+    bounds = [0, *(np.flatnonzero(v[1:] != v[:-1]) + 1).tolist(), len(v)]
+    if len(bounds) > _FEW_RUNS:
+        return _sorted_at_once(rows, perm, v, phases[perm], keys)
+    taken = pa.table({k: rows[k].take(pa.array(perm)) for k in keys})
+    out = np.empty(len(perm), np.int64)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        order = pc.sort_indices(taken.slice(a, b - a), [(k, "ascending") for k in keys])
+        out[a:b] = perm[a:b][order.to_numpy().view(np.int64)]
+    return out, v  # (sorting within a version leaves the versions as they are)
+
+
+def _sorted_at_once(rows: pa.Table, perm: np.ndarray, v: np.ndarray, phase: np.ndarray,
+                    keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    sub = pa.table({"v": v, **{k: rows[k].take(pa.array(perm)) for k in keys}, "p": phase})
+    order = pc.sort_indices(sub, [("v", "ascending"), *((k, "ascending") for k in keys),
+                                  ("p", "ascending")]).to_numpy().view(np.int64)
+    return perm[order], v[order]
+
+
+def _numbers(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The versions and phases of `rows` (`_rows`: one chunk each) as numpy arrays."""
+    return (_one_chunk(rows["_commit_version"]).to_numpy(),
+            _one_chunk(rows["_phase"]).to_numpy())
+
+
+def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()

@@ -209,12 +209,14 @@ def text_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
             text = (np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None
                     else np.zeros(0, np.uint8))
             if not len(text) or text.max() < 0x80:
-                lengths = np.diff(offsets).astype(np.int64)
+                lengths = np.diff(offsets)  # int32 (an int64 copy costs more than the diff)
                 if chunk.null_count:  # a null's slot may have bytes
                     lengths[pc.is_null(chunk).to_numpy(zero_copy_only=False)] = 0
                 out.append(lengths)
                 continue
         out.append(pc.fill_null(pc.utf8_length(chunk), 0).to_numpy().astype(np.int64))
+    if len(out) == 1:
+        return out[0]
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
@@ -224,14 +226,15 @@ def row_sizes(rows: pa.Table, columns: tuple[str, ...],
     values (strings their UTF-8 length, timestamps 32, other values 8); `lengths` keeps the
     string columns' `text_lengths` for another call over the same rows."""
     lengths = {} if lengths is None else lengths
-    sizes = np.full(rows.num_rows, sum(len(c) for c in columns), np.int64)
-    for c in columns:
-        col = rows[c]
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            made = lengths.get(c)
-            if made is None:
-                made = lengths[c] = text_lengths(col)
-            sizes += made
-        else:
-            sizes += 32 if pa.types.is_timestamp(col.type) else 8
+    texts = [c for c in columns if pa.types.is_string(rows.schema.field(c).type)
+             or pa.types.is_large_string(rows.schema.field(c).type)]
+    fixed = sum(len(c) for c in columns) + sum(
+        32 if pa.types.is_timestamp(rows.schema.field(c).type) else 8
+        for c in columns if c not in texts)
+    sizes = np.full(rows.num_rows, fixed, np.int64)
+    for c in texts:
+        made = lengths.get(c)
+        if made is None:
+            made = lengths[c] = text_lengths(rows[c])
+        sizes += made
     return sizes
