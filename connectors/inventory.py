@@ -319,7 +319,13 @@ def _unquote(keys: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _csv_time(text: pa.ChunkedArray) -> pa.ChunkedArray:
-    """'YYYY-MM-DDTHH:MM:SS.fffZ' (UTC) as timestamps to the millisecond."""
+    """'YYYY-MM-DDTHH:MM:SS.fffZ' (UTC) as timestamps to the millisecond: Arrow's ISO 8601
+    cast, or, when a value does not parse (empty, another layout), field by field with what
+    does not parse as null."""
+    try:
+        return pc.cast(text, pa.timestamp("ms", tz="UTC"))
+    except pa.ArrowInvalid:
+        pass
     whole = pc.strptime(pc.utf8_slice_codeunits(text, 0, 19), format="%Y-%m-%dT%H:%M:%S",
                         unit="ms", error_is_null=True)
     frac = pc.utf8_slice_codeunits(text, 20, 23)

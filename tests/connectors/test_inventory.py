@@ -152,3 +152,20 @@ def test_csv_keys_decode_as_urllib_does(keys):
     for column in ([quote_plus(k, safe="/") for k in keys], [k for k in keys if "%" not in k]):
         got = _unquote(pa.chunked_array([pa.array(column, pa.string())])).to_pylist()
         assert got == [unquote_plus(k) for k in column]
+
+
+@settings(max_examples=100, deadline=None)
+@given(times=st.lists(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1),
+                                   timezones=st.just(UTC)), max_size=6),
+       blank=st.booleans())
+def test_csv_times_parse_as_python_reads_them(times, blank):
+    """AWS's 'YYYY-MM-DDTHH:MM:SS.fffZ' read on the column (Arrow's ISO 8601 cast, or field by
+    field when a value, like an empty one, does not parse) is Python's reading, to the ms."""
+    from connectors.inventory import _csv_time
+
+    text = [t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z" for t in times]
+    want = [t.replace(microsecond=t.microsecond // 1000 * 1000) for t in times]
+    if blank:
+        text, want = [*text, ""], [*want, None]
+    got = _csv_time(pa.chunked_array([pa.array(text, pa.string())])).to_pylist()
+    assert got == want
