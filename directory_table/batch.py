@@ -28,7 +28,7 @@ from connectors.events import EventKind, FileEvent, is_newer
 from directory_table.layout import buckets_of
 from directory_table.schema import TS
 
-__all__ = ["EVENT_SCHEMA", "Batch", "event_table", "newer", "sequencer_keys"]
+__all__ = ["EVENT_SCHEMA", "Batch", "bucket_column", "event_table", "newer", "sequencer_keys"]
 
 #: a batch's events as columns, in arrival order (column names as the table's where shared)
 EVENT_SCHEMA = pa.schema([
@@ -40,6 +40,16 @@ EVENT_SCHEMA = pa.schema([
     pa.field("_sequencer", pa.string()),
     pa.field("_event_time", TS),
 ])
+
+
+def bucket_column(count: int) -> str:
+    """The name of an event table's optional column holding each row's bucket in a table of
+    `count` buckets (`layout.bucket_of`), when the caller hashed the paths already (a refresh
+    partitions its listing by bucket): `Batch.of` takes it instead of hashing again."""
+    return f"{_BUCKET_PREFIX}{count}"
+
+
+_BUCKET_PREFIX = "_bucket_of_"
 
 
 def event_table(events: Sequence[FileEvent]) -> pa.Table:
@@ -155,13 +165,21 @@ class Batch:
     def of(cls, events: Sequence[FileEvent] | pa.Table) -> Batch:
         """The batch of `events`: `FileEvent`s, or their columns already (`EVENT_SCHEMA`, a
         refresh's differences: no object per row, unless the newest event of a path must be
-        decided event by event)."""
+        decided event by event; with a `bucket_column`, its paths are not hashed again)."""
+        known = {}
         if isinstance(events, pa.Table):
+            known = {int(name[len(_BUCKET_PREFIX):]): events[name]
+                     for name in events.column_names if name.startswith(_BUCKET_PREFIX)}
             table = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA)
             events = _RowEvents(table)
         else:
             table = event_table(events)
-        return cls(events, table, _newest(table, events))
+        batch = cls(events, table, _newest(table, events))
+        for count, column in known.items():  # the buckets the caller hashed already
+            out = np.full(table.num_rows, -1, dtype=np.int32)
+            out[batch.latest] = _np(column)[batch.latest]
+            batch._cache["rows", count] = out
+        return batch
 
     @property
     def dropped(self) -> int:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.protocols import LISTING_SCHEMA
+from directory_table.batch import bucket_column
 from directory_table.layout import bucket_array
 
 __all__ = ["MAX_PARTITIONS", "Listing", "accepted_rows"]
@@ -81,9 +82,12 @@ class Listing:
 
     def _partition(self, batch: pa.Table) -> None:
         """Split `batch` by partition into the buffers; flush them when they are full."""
-        buckets = np.asarray(bucket_array(batch["relative_path"].to_pylist(), self.buckets))
+        of_path = bucket_array(batch["relative_path"].to_pylist(), self.buckets)
+        buckets = np.asarray(of_path)
         parts = buckets.astype(np.int64) * self.partitions // self.buckets
         order = np.argsort(parts, kind="stable")
+        # each row keeps its bucket, so the commit does not hash its path again
+        batch = batch.append_column(bucket_column(self.buckets), of_path)
         ordered = batch.take(pa.array(order))
         counts = np.bincount(parts, minlength=self.partitions)
         start = 0
@@ -103,7 +107,7 @@ class Listing:
             writer = self._writers.get(p)
             if writer is None:
                 writer = pa.ipc.new_stream(os.path.join(self._dir or "", f"p{p:03d}.arrow"),
-                                           LISTING_SCHEMA)
+                                           self._spilled_schema)
                 self._writers[p] = writer
             writer.write_table(pa.concat_tables(parts).combine_chunks())
             self._buffers[p] = []
@@ -155,7 +159,12 @@ class Listing:
             if os.path.exists(path):
                 with pa.OSFile(path, "rb") as f:
                     tables.append(pa.ipc.open_stream(f).read_all())
-        return pa.concat_tables(tables) if tables else LISTING_SCHEMA.empty_table()
+        return pa.concat_tables(tables) if tables else self._spilled_schema.empty_table()
+
+    @property
+    def _spilled_schema(self) -> pa.Schema:
+        """`LISTING_SCHEMA` and each row's bucket (`batch.bucket_column`)."""
+        return LISTING_SCHEMA.append(pa.field(bucket_column(self.buckets), pa.int32()))
 
     def close(self) -> None:
         """Drop the spill files (also after an error)."""

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from connectors.events import valid_paths
 from connectors.protocols import LISTING_SCHEMA
-from directory_table.batch import EVENT_SCHEMA
+from directory_table.batch import EVENT_SCHEMA, bucket_column
 from directory_table.layout import bucket_array
 from directory_table.schema import TS
 from volume_stream.volumes._spill import Listing, accepted_rows
@@ -95,6 +95,8 @@ def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None],
         yield events, invalid
         return
     of_path = bucket_array(listing["relative_path"].to_pylist(), buckets)
+    if bucket_column(buckets) not in listing.column_names:  # kept for the commit
+        listing = listing.append_column(bucket_column(buckets), of_path)
     found = 0
     for start in range(0, buckets, group_size):
         stop = min(buckets, start + group_size)
@@ -157,7 +159,8 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
     paths are unique on both sides): the stored row of each listed path is taken beside it,
     the stored rows no listed path found are the removed files. No sort, no Python per row
     but for the rows that differ."""
-    left = listing.select(_KEYS)
+    # the listing's extra columns (each row's bucket: `batch.bucket_column`) go with its rows
+    left = listing.select(_KEYS + [c for c in listing.column_names if c not in _KEYS])
     stored = stored.select(_KEYS + _ORDER)
     paths = stored["relative_path"].combine_chunks() if stored.num_rows else \
         pa.array([], pa.string())
@@ -165,6 +168,7 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
     right = stored.select(_KEYS[1:]).rename_columns(_STORED).take(index)
     joined = pa.Table.from_arrays([*left.columns, *right.columns],
                                   names=left.column_names + right.column_names)
+    carried = left.column_names[len(_KEYS):]
     creates = joined.filter(pc.or_(pc.is_null(index), _changed(joined)))
     found = index.drop_null() if isinstance(index, pa.Array) else \
         pa.concat_arrays([c.drop_null() for c in index.chunks] or [pa.array([], pa.int32())])
@@ -174,7 +178,7 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
         seen = np.zeros(stored.num_rows, dtype=bool)
         seen[found.to_numpy(zero_copy_only=False)] = True
         removes = stored.filter(pa.array(~seen))
-    return _events(creates, removes, listed_at, store_times)
+    return _events(creates, removes, listed_at, store_times, carried)
 
 
 def diff_listing_spark(spark, listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
@@ -222,10 +226,12 @@ def _changed(joined: pa.Table) -> pa.ChunkedArray:
 
 
 def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_times: bool,
-            ) -> tuple[pa.Table, int]:
+            carried: list[str] = ()) -> tuple[pa.Table, int]:
     """The events (`EVENT_SCHEMA` columns, no object per row) that create the listed rows
     `creates` and remove the stored rows `removes` (relative_path, _sequencer, _event_time),
-    and the count of listed rows left out for an unsafe path or no size."""
+    and the count of listed rows left out for an unsafe path or no size. `carried`: the
+    listing's bucket columns (`batch.bucket_column`), kept on the events (the removed rows'
+    buckets hashed here)."""
     keep = valid_paths(creates["relative_path"]) & \
         pc.fill_null(pc.greater_equal(creates["size"], 0), False).to_numpy(zero_copy_only=False)
     invalid = int((~keep).sum())
@@ -258,4 +264,9 @@ def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_tim
         "_sequencer": removes["_sequencer"],
         "_event_time": pc.if_else(pc.fill_null(pc.greater(evt, at), False), evt, at),
     }, schema=EVENT_SCHEMA)
+    for name in carried:
+        count = int(name.rsplit("_", 1)[1])
+        made = made.append_column(name, creates[name])
+        gone = gone.append_column(name, bucket_array(
+            removes["relative_path"].to_pylist(), count))
     return pa.concat_tables([made, gone]), invalid
