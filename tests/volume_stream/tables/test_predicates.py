@@ -154,11 +154,17 @@ def legacy_spark(spark):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=st.lists(values, min_size=1, max_size=8), condition=conditions)
 # found by this test: DataFusion's simplifier turned `x IN (0) AND NOT x IN (0)` into FALSE for
-# a NULL x, so the NOT of it deleted the NULL row (expressions._opaque_in)
+# a NULL x, so the NOT of it deleted the NULL row (expressions._opaque)
 @example(rows=[(None, None, None, None)],
          condition="NOT ((abs(c_id) IN (0) AND NOT (abs(c_id) IN (0))))")
 @example(rows=[(None, None, None, None), (1, 1, "a", True)],
          condition="NOT (c_id IN (1, 2) AND c_id IN (3))")
+# ...and it first turns x = a OR x = b into x IN (a, b): the same with no IN list written
+@example(rows=[(None, None, None, None), (1, 1, "a", True)],
+         condition="NOT ((c_id = 0 OR c_id = 1) AND NOT (c_id = 0 OR c_id = 1))")
+# found by it too: DataFusion read `f IS NOT DISTINCT FROM f AND f` as `f <=> (f AND f)`
+@example(rows=[(1, 1, "a", False)], condition="c_flag <=> c_flag AND c_flag")
+@example(rows=[(None, None, None, None)], condition="(c_id <=> c_id AND c_flag)")
 def test_touches_exactly_the_rows_spark_selects(legacy_spark, rows, condition):
     data = _data(rows)
     expected = _reference(legacy_spark, data, condition)
