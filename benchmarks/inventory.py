@@ -53,11 +53,6 @@ PER_FILE = 25_000
 TARGET_SECONDS, TARGET_RSS_GIB, TARGET_RATIO = 60.0, 2.0, 10.0
 CACHE = Path(".bench/inventory/v2")  # v2: CSV times as AWS writes them (v1 had ".000.000Z")
 SOURCE, DEST, LISTED = "bench-source", "bench-inventory", "bench-listed"
-PARQUET_SCHEMA = ("message s3.inventory { required binary bucket (UTF8); required binary key "
-                  "(UTF8); optional int64 size; optional int64 last_modified_date "
-                  "(TIMESTAMP_MILLIS); optional binary e_tag (UTF8); optional binary "
-                  "storage_class (UTF8);}")
-CSV_FIELDS = ["Bucket", "Key", "Size", "LastModifiedDate", "ETag", "StorageClass"]
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)
 
 #: the child process: one refresh, timed around the call; prints one JSON line
@@ -140,7 +135,7 @@ def _report_files(fmt: str, keys: int, log) -> list[Path]:
 
 def _upload_report(s3, prefix: str, fmt: str, files: list[Path], created: datetime) -> None:
     """The report in AWS's layout under `prefix` of the destination bucket."""
-    import hashlib
+    from tests.inventory_fixtures import S3_CSV, md5, write_manifest
 
     base = f"{prefix}reports/{SOURCE}/daily"
 
@@ -148,22 +143,13 @@ def _upload_report(s3, prefix: str, fmt: str, files: list[Path], created: dateti
         data = path.read_bytes()
         key = f"{base}/data/{path.name}"
         s3.put_object(Bucket=DEST, Key=key, Body=data)
-        return {"key": key, "size": len(data), "MD5checksum": hashlib.md5(data).hexdigest()}
+        return {"key": key, "size": len(data), "MD5checksum": md5(data)}
 
     with ThreadPoolExecutor(8) as pool:
         listed = list(pool.map(put, files))
-    manifest = {
-        "sourceBucket": SOURCE, "destinationBucket": f"arn:aws:s3:::{DEST}",
-        "version": "2016-11-30", "creationTimestamp": str(int(created.timestamp() * 1000)),
-        "fileFormat": fmt,
-        "fileSchema": ", ".join(CSV_FIELDS) if fmt == "CSV" else PARQUET_SCHEMA,
-        "files": listed,
-    }
-    body = json.dumps(manifest).encode()
-    folder = f"{base}/{created.strftime('%Y-%m-%dT%H-%MZ')}"
-    s3.put_object(Bucket=DEST, Key=f"{folder}/manifest.json", Body=body)
-    s3.put_object(Bucket=DEST, Key=f"{folder}/manifest.checksum",
-                  Body=hashlib.md5(body).hexdigest().encode())
+    write_manifest(lambda key, body: s3.put_object(Bucket=DEST, Key=key, Body=body), base,
+                   source=SOURCE, destination=DEST, created=created, fmt=fmt,
+                   fields=S3_CSV, files=listed)
 
 
 #: moto's server on loopback, in a process of its own, with `LISTED` holding N objects put

@@ -28,7 +28,8 @@ from connectors.events import EventKind, FileEvent, is_newer
 from directory_table.layout import buckets_of
 from directory_table.schema import TS
 
-__all__ = ["EVENT_SCHEMA", "Batch", "bucket_column", "event_table", "newer", "sequencer_keys"]
+__all__ = ["EVENT_SCHEMA", "Batch", "bucket_column", "bucket_count", "event_table", "newer",
+           "sequencer_keys"]
 
 #: a batch's events as columns, in arrival order (column names as the table's where shared)
 EVENT_SCHEMA = pa.schema([
@@ -47,6 +48,11 @@ def bucket_column(count: int) -> str:
     `count` buckets (`layout.bucket_of`), when the caller hashed the paths already (a refresh
     partitions its listing by bucket): `Batch.of` takes it instead of hashing again."""
     return f"{_BUCKET_PREFIX}{count}"
+
+
+def bucket_count(name: str) -> int | None:
+    """The bucket count of a `bucket_column` name (None: not one)."""
+    return int(name[len(_BUCKET_PREFIX):]) if name.startswith(_BUCKET_PREFIX) else None
 
 
 _BUCKET_PREFIX = "_bucket_of_"
@@ -75,9 +81,7 @@ class _RowEvents(Sequence[FileEvent]):
     def __len__(self) -> int:
         return self._table.num_rows
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def __getitem__(self, i: int) -> FileEvent:  # type: ignore[override]
         row = {k: v[0] for k, v in self._table.slice(i, 1).to_pydict().items()}
         return FileEvent(EventKind.CREATED if row["created"] else EventKind.REMOVED,
                          row["relative_path"], size=row["size"], etag=row["etag"],
@@ -168,8 +172,8 @@ class Batch:
         decided event by event; with a `bucket_column`, its paths are not hashed again)."""
         known = {}
         if isinstance(events, pa.Table):
-            known = {int(name[len(_BUCKET_PREFIX):]): events[name]
-                     for name in events.column_names if name.startswith(_BUCKET_PREFIX)}
+            known = {bucket_count(name): events[name] for name in events.column_names
+                     if bucket_count(name) is not None}
             table = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA)
             events = _RowEvents(table)
         else:

@@ -114,7 +114,3 @@ def _schema(columns: Iterable[str] | None) -> pa.Schema:
     if unknown:
         raise ValueError(f"no such columns in a directory table's change feed: {sorted(unknown)}")
     return pa.schema([f for f in _CDF_SCHEMA if f.name in wanted])
-
-
-def _empty_cdf() -> pa.Table:
-    return _CDF_SCHEMA.empty_table()

@@ -184,18 +184,17 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version
                                storage_options=storage_options)
     rows = loaded.rows
     names = [*TABLE_SCHEMA.names, BUCKET_COLUMN]
-    # `new_rows` holds the images of `inserted` and of `updated` paths, nothing else
-    is_update = (pc.is_in(new_rows["relative_path"], value_set=pa.array(updated, pa.string()))
-                 if updated else pa.repeat(pa.scalar(False), new_rows.num_rows))
-    images = new_rows.filter(is_update) if updated else new_rows.slice(0, 0)
-    new_paths = new_rows.filter(pc.invert(is_update)) if updated else new_rows
     # per stored row: the index of its new image (-1: not updated), whether it is deleted;
     # worked out on the rows of the batch's paths only, then spread over all rows
     found = loaded.found["relative_path"]
     image_of = np.full(rows.num_rows, -1, dtype=np.int64)
-    if updated:
+    if updated:  # `new_rows` holds the images of `inserted` and `updated` paths, nothing else
+        is_update = pc.is_in(new_rows["relative_path"], value_set=pa.array(updated, pa.string()))
+        images, new_paths = new_rows.filter(is_update), new_rows.filter(pc.invert(is_update))
         image_of[loaded.positions] = pc.fill_null(
             pc.index_in(found, value_set=images["relative_path"]), -1).to_numpy()
+    else:
+        images, new_paths = new_rows.slice(0, 0), new_rows
     gone = np.zeros(rows.num_rows, dtype=bool)
     if deleted:
         gone[loaded.positions] = pc.is_in(found, value_set=pa.array(
@@ -215,26 +214,23 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded | Streamed, *, version
         both = pa.concat_tables([rows.select(names),
                                  images.select(names).cast(rows.select(names).schema)])
         kept = both.combine_chunks().take(pa.array(source, pa.int64()))
-    else:
-        kept = rows.select(names).slice(0, 0)
-    data = _with_new_paths(kept, new_paths.select(names).cast(kept.schema))
-
-    if rewritten:
         hit_rows = np.flatnonzero(hit)
         stored = rows.take(pa.array(hit_rows, pa.int64())).drop_columns([_FILE])
         stored_gone = pa.array(gone[hit_rows])
-        cdc = pa.concat_tables([
+        cdc = list(_by_bucket(pa.concat_tables([
             _tagged(new_paths, "insert"),
             _tagged(stored.filter(pc.invert(stored_gone)), "update_preimage"),
             _tagged(images, "update_postimage"),
             _tagged(stored.filter(stored_gone), "delete"),
-        ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])
-    else:  # only new paths in new files: a reader of the change feed takes the added files'
-        cdc = None  # rows as inserts (the Delta protocol), so no change data is written
+        ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])))
+    else:
+        # only new paths, in new files: a reader of the change feed takes the rows of the
+        # added files as inserts (the Delta protocol), so no change data is written
+        kept, cdc = rows.select(names).slice(0, 0), []
+    data = _with_new_paths(kept, new_paths.select(names).cast(kept.schema))
 
     removes = [loaded.files[i] for i in rewritten]
-    write_commit(dt, version, removes=removes, adds=list(data),
-                 cdc=list(_by_bucket(cdc)) if cdc is not None else [],
+    write_commit(dt, version, removes=removes, adds=list(data), cdc=cdc,
                  data_change=True, now=now, storage_options=storage_options,
                  operation=("WRITE", {"mode": "Append", "rewrite": "volume-stream"}),
                  custom_metadata=custom_metadata,

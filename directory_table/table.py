@@ -30,7 +30,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from connectors.events import FileEvent
 from directory_table import _reads, protocol, rewrite
 from directory_table.batch import Batch
-from directory_table.cdf import _CDF_SCHEMA, _empty_cdf, changes, read_cdf  # noqa: F401
+from directory_table.cdf import _CDF_SCHEMA, changes, read_cdf  # noqa: F401
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
 from directory_table.layout import (
@@ -227,9 +227,10 @@ class DirectoryTable:
         """Apply a batch of events in one commit (DESIGN §4.1–4.3).
 
         `events`: `FileEvent`s, or their columns (`batch.EVENT_SCHEMA`). `listed_at_version`
-        marks them as a listing's differences from that version (refresh): they are ordered by versions rather than clocks (see `planner`). Only the buckets (and
-        files) the batch touches are read; a huge batch is planned a group of buckets at a
-        time, so the stored rows in memory stay bounded by the group, not the table.
+        marks them as a listing's differences from that version (refresh): they are ordered
+        by versions rather than clocks (see `planner`). Only the buckets (and files) the batch
+        touches are read; a huge batch is planned a group of buckets at a time, so the stored
+        rows in memory stay bounded by the group, not the table.
 
         Example:
             >>> table.apply([FileEvent.removed("old.csv")]).deleted

@@ -31,7 +31,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["from_s3_listing", "from_s3_versions", "md5", "write_report"]
+__all__ = ["from_s3_listing", "from_s3_versions", "md5", "write_manifest", "write_report"]
 
 S3_CSV = ["Bucket", "Key", "Size", "LastModifiedDate", "ETag", "StorageClass"]
 S3_CSV_VERSIONED = ["Bucket", "Key", "VersionId", "IsLatest", "IsDeleteMarker", "Size",
@@ -124,6 +124,15 @@ def write_report(put: Callable[[str, bytes], None], *, source: str, created: dat
         digest = md5(data)
         listed.append({"key": key, "size": len(data),
                        "MD5checksum": digest.upper() if oss else digest})
+    return write_manifest(put, base, source=source, destination=destination, created=created,
+                          fmt=fmt, fields=fields, files=listed, oss=oss)
+
+
+def write_manifest(put: Callable[[str, bytes], None], base: str, *, source: str,
+                   destination: str, created: datetime, fmt: str, fields: list[str],
+                   files: list[dict], oss: bool = False) -> str:
+    """`<base>/YYYY-MM-DDTHH-MMZ/manifest.json` listing `files` ({key, size, MD5checksum})
+    and its `manifest.checksum`, through `put`; returns manifest.json's key."""
     millis = int(created.timestamp() * 1000)
     manifest = {
         "sourceBucket": source,
@@ -132,7 +141,7 @@ def write_report(put: Callable[[str, bytes], None], *, source: str, created: dat
         "creationTimestamp": str(millis // 1000 if oss else millis),
         "fileFormat": "CSV" if fmt == "CSV" else "Parquet",
         "fileSchema": ", ".join(fields) if fmt == "CSV" else _PARQUET_SCHEMA,
-        "files": listed,
+        "files": files,
     }
     folder = created.astimezone(UTC).strftime("%Y-%m-%dT%H-%MZ")
     key = f"{base}/{folder}/manifest.json"

@@ -3,7 +3,7 @@ whose predicates and update expressions are DataFusion SQL: identifiers are quot
 leading underscores survive), literals and operators are rendered in the Postgres-like dialect
 DataFusion reads. Nothing is built by string pasting of user text.
 
-Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESIGN §8.2):
+These rules make a translated predicate safe to hand to a DELETE or UPDATE (DESIGN §8.2):
 
 - **Three-valued logic.** A row is touched only where the predicate is TRUE: the translation is
   `(p) IS TRUE`. Without it delta-rs folds a constant NULL predicate (`name = NULL`,
@@ -19,6 +19,11 @@ Three rules make a translated predicate safe to hand to a DELETE or UPDATE (DESI
   does not fit: the statement fails naming the table, nothing is written.
 - **Known columns.** Every unqualified column must exist (case-insensitively), so a typo is
   reported naming the table, not by DataFusion.
+- **No merged IN lists.** DataFusion's simplifier turns an AND of IN lists (or of ORed
+  equalities) on one operand with an empty intersection into FALSE, wrong for a NULL operand:
+  such predicates are wrapped in `COALESCE(p, CAST(NULL AS BOOLEAN))` (`_opaque`).
+- **Keyword predicates grouped.** `IS [NOT] DISTINCT FROM`, `IS`, `LIKE`, `ILIKE`, `BETWEEN`
+  go out in parentheses: DataFusion read `a <=> b AND c` as `a <=> (b AND c)` (`_grouped`).
 
     to_delta("id = 1 OR name = 'x'")     # -> '"id" = 1 OR "name" = \\'x\\''
     to_delta_predicate("name = NULL")    # -> '("name" = NULL) IS TRUE'
@@ -106,6 +111,14 @@ def _balanced(kind: type, leaves: list[exp.Expression]) -> exp.Expression:
                                expression=_balanced(kind, leaves[mid:])))
 
 
+def _swapped(root: exp.Expression, item: exp.Expression, new: exp.Expression) -> exp.Expression:
+    """`root` with `item` (a node of it, or itself) replaced by `new`."""
+    if item is root:
+        return new
+    item.replace(new)
+    return root
+
+
 def _shallow(node: exp.Expression) -> exp.Expression:
     """`node` with long AND/OR chains balanced and long IN lists split (same truth values)."""
     for item in list(node.find_all(exp.In)):
@@ -113,21 +126,13 @@ def _shallow(node: exp.Expression) -> exp.Expression:
         if len(values) > IN_CHUNK and not item.args.get("query"):
             parts = [exp.In(this=item.this.copy(), expressions=values[i:i + IN_CHUNK])
                      for i in range(0, len(values), IN_CHUNK)]
-            new = _balanced(exp.Or, parts)
-            if item is node:
-                node = new
-            else:
-                item.replace(new)
+            node = _swapped(node, item, _balanced(exp.Or, parts))
     tops = [n for n in node.find_all(exp.And, exp.Or) if type(n.parent) is not type(n)]
     for top in reversed(tops):  # deepest first: a chain's operands are final when it is built
         leaves = _chain(top)
         if len(leaves) < _BALANCE_FROM:
             continue
-        new = _balanced(type(top), leaves)
-        if top is node:
-            node = new
-        else:
-            top.replace(new)
+        node = _swapped(node, top, _balanced(type(top), leaves))
     return node
 
 
@@ -160,11 +165,8 @@ def _checked(node: exp.Expression, integers: set[str]) -> exp.Expression:
             continue
         math = type(item)(this=exp.Cast(this=item.this, to=wide.copy()),
                           expression=exp.Cast(this=item.expression, to=wide.copy()))
-        new = exp.Cast(this=exp.Paren(this=math), to=exp.DataType.build("BIGINT"))
-        if item is node:
-            node = new
-        else:
-            item.replace(new)
+        node = _swapped(node, item, exp.Cast(this=exp.Paren(this=math),
+                                             to=exp.DataType.build("BIGINT")))
     return node
 
 
@@ -232,12 +234,8 @@ _KEYWORD_PREDICATES = (exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.Like, exp.IL
 def _grouped(node: exp.Expression) -> exp.Expression:
     """`node` with each `_KEYWORD_PREDICATES` predicate in parentheses."""
     for item in list(node.find_all(*_KEYWORD_PREDICATES)):
-        if isinstance(item.parent, exp.Paren):
-            continue
-        if item is node:
-            node = exp.Paren(this=item)
-        else:
-            item.replace(exp.Paren(this=item.copy()))
+        if not isinstance(item.parent, exp.Paren):
+            node = _swapped(node, item, exp.Paren(this=item.copy()))
     return node
 
 
@@ -252,13 +250,9 @@ def _opaque(node: exp.Expression, shared: set[str]) -> exp.Expression:
     if not shared:
         return node
     for item in reversed(list(node.find_all(*_SET_PREDICATES))):  # inner predicates first
-        if not shared.intersection(_operands(item)):
-            continue
-        new = exp.Coalesce(this=item.copy(), expressions=[exp.cast(exp.Null(), "BOOLEAN")])
-        if item is node:
-            node = new
-        else:
-            item.replace(new)
+        if shared.intersection(_operands(item)):
+            node = _swapped(node, item, exp.Coalesce(
+                this=item.copy(), expressions=[exp.cast(exp.Null(), "BOOLEAN")]))
     return node
 
 

@@ -22,14 +22,14 @@ import pyarrow.compute as pc
 
 from connectors.events import valid_paths
 from connectors.protocols import LISTING_SCHEMA
-from directory_table.batch import EVENT_SCHEMA, bucket_column
+from directory_table.batch import EVENT_SCHEMA, bucket_column, bucket_count
 from directory_table.layout import bucket_array
 from directory_table.schema import TS
 from volume_stream.volumes._spill import Listing, accepted_rows
 
 __all__ = ["ROWS_PER_BUCKET_GROUP", "Listing", "Progress", "accepted_rows", "counted",
            "diff_by_buckets", "diff_listing", "diff_listing_spark", "diff_refresh",
-           "group_size_for", "read_listing"]
+           "group_size_for", "in_commits", "read_listing"]
 
 #: `progress(stage, listed, changed)`: stage is "listing", "diffing" or "committing"
 Progress = Callable[[str, int, int], None]
@@ -94,9 +94,12 @@ def diff_by_buckets(listing: pa.Table, read_stored: Callable[[list[int] | None],
             progress("diffing", listing.num_rows, events.num_rows)
         yield events, invalid
         return
-    of_path = bucket_array(listing["relative_path"].to_pylist(), buckets)
-    if bucket_column(buckets) not in listing.column_names:  # kept for the commit
-        listing = listing.append_column(bucket_column(buckets), of_path)
+    column = bucket_column(buckets)
+    if column in listing.column_names:
+        of_path = listing[column]
+    else:  # hashed once, and kept for the commit
+        of_path = bucket_array(listing["relative_path"].to_pylist(), buckets)
+        listing = listing.append_column(column, of_path)
     found = 0
     for start in range(0, buckets, group_size):
         stop = min(buckets, start + group_size)
@@ -142,6 +145,24 @@ def diff_refresh(listing: Listing, read_stored: Callable[[list[int] | None], pa.
         yield events, invalid
 
 
+def in_commits(diffs: Iterable[tuple[pa.Table, int]], rows: int,
+               ) -> Iterator[tuple[pa.Table | None, int]]:
+    """The events of `diffs` (`diff_refresh`'s groups) gathered into tables of at least `rows`
+    events, the last one of what is left (None: nothing), each with the invalid paths
+    counted since the one before: what one commit of a refresh applies."""
+    held: list[pa.Table] = []
+    held_rows = invalid = 0
+    for events, bad in diffs:
+        invalid += bad
+        if events.num_rows:
+            held.append(events)
+            held_rows += events.num_rows
+        if held_rows >= rows:
+            yield pa.concat_tables(held), invalid
+            held, held_rows, invalid = [], 0, 0
+    yield (pa.concat_tables(held) if held else None), invalid
+
+
 def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
                  store_times: bool = True) -> tuple[pa.Table, int]:
     """Events that make `stored` (relative_path, size, etag, last_modified_time, _sequencer,
@@ -159,8 +180,9 @@ def diff_listing(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
     paths are unique on both sides): the stored row of each listed path is taken beside it,
     the stored rows no listed path found are the removed files. No sort, no Python per row
     but for the rows that differ."""
-    # the listing's extra columns (each row's bucket: `batch.bucket_column`) go with its rows
-    left = listing.select(_KEYS + [c for c in listing.column_names if c not in _KEYS])
+    # the listing's bucket column (`batch.bucket_column`), if any, goes with its rows
+    left = listing.select(_KEYS + [c for c in listing.column_names
+                                   if bucket_count(c) is not None])
     stored = stored.select(_KEYS + _ORDER)
     paths = stored["relative_path"].combine_chunks() if stored.num_rows else \
         pa.array([], pa.string())
@@ -265,8 +287,7 @@ def _events(creates: pa.Table, removes: pa.Table, listed_at: datetime, store_tim
         "_event_time": pc.if_else(pc.fill_null(pc.greater(evt, at), False), evt, at),
     }, schema=EVENT_SCHEMA)
     for name in carried:
-        count = int(name.rsplit("_", 1)[1])
         made = made.append_column(name, creates[name])
         gone = gone.append_column(name, bucket_array(
-            removes["relative_path"].to_pylist(), count))
+            removes["relative_path"].to_pylist(), bucket_count(name)))
     return pa.concat_tables([made, gone]), invalid

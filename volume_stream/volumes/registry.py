@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from itertools import chain
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -39,6 +38,7 @@ from volume_stream.volumes.refresh import (
     counted,
     diff_listing_spark,
     diff_refresh,
+    in_commits,
 )
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.volumes.watcher import VolumeWatcher, WatchMetrics
@@ -304,22 +304,19 @@ class VolumeRegistry:
                 # the differences commit in chunks of about a bucket group's rows, so memory
                 # stays bounded by a group whatever the volume's size
                 invalid, counts, version = 0, [0, 0, 0], None
-                held: list[pa.Table] = []
-                for found, bad in chain(diff_refresh(
+                for events, bad in in_commits(diff_refresh(
                         listing, read_stored, stored_rows, listed_at,
                         store_times=spec.scheme != "file",  # local mtimes are no clock (§4.2)
-                        progress=progress, diff=diff, stored=stored), [(None, 0)]):
+                        progress=progress, diff=diff, stored=stored), group_rows):
                     invalid += bad
-                    if found is not None and found.num_rows:
-                        held.append(found)
-                    if held and (found is None or sum(t.num_rows for t in held) >= group_rows):
-                        if progress is not None:
-                            progress("committing", listing.rows, sum(counts))
-                        result = table.apply(pa.concat_tables(held), listed_at_version=base)
-                        held = []
-                        counts = [counts[0] + result.inserted, counts[1] + result.updated,
-                                  counts[2] + result.deleted]
-                        version = result.version if result.version is not None else version
+                    if events is None:
+                        continue
+                    if progress is not None:
+                        progress("committing", listing.rows, sum(counts))
+                    result = table.apply(events, listed_at_version=base)
+                    counts = [counts[0] + result.inserted, counts[1] + result.updated,
+                              counts[2] + result.deleted]
+                    version = result.version if result.version is not None else version
                 listed = listing.rows
                 if progress is not None:  # every difference is committed
                     progress("committing", listed, sum(counts))
