@@ -1,7 +1,8 @@
 """Differential tests of a volume's change log pages: random change sets, read through
 `get_records_arrow` and `get_records` at several limits, against a straightforward reference
 made from the plain change data feed (per shard: pair each version's old and new image of a
-path, drop no-op rewrites, order by (version, path), number the rows of each version)."""
+path, drop no-op rewrites, order by (version, crc32 bucket, path), or by (version, path) in a
+stream made before that order, number the rows of each version)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import volume_stream as vs
+from directory_table.layout import bucket_of
 from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from tests.volume_stream.conftest import Events
 from volume_stream.shards import pages
 from volume_stream.shards.log import MAX_BYTES
-from volume_stream.shards.model import sequence_number
+from volume_stream.shards.meta import CHANGE_LOG
+from volume_stream.shards.model import BY_BUCKET, sequence_number
 from volume_stream.shards.pages import row_numbers, sequence_numbers
-from volume_stream.shards.sources import text_lengths
+from volume_stream.shards.sources import text_bytes
 
 _OLD = ("delete", "update_preimage")
 PATHS = ["a", "b/1", "b/2", "c/ünï", "d/x y", "e", "f/g/h", "z"]
@@ -32,13 +35,13 @@ commits = st.lists(st.dictionaries(st.sampled_from(PATHS),
 
 def _size(image):
     """DynamoDB's approximate bytes of an image (`sources.row_sizes`), value by value: names,
-    strings their length in characters, timestamps 32, other values 8."""
+    strings their UTF-8 bytes (DynamoDB's count), timestamps 32, other values 8."""
     if image is None:
         return 0
     total = 0
     for name, value in image.items():
         kind = TABLE_SCHEMA.field(name).type
-        total += len(name) + (len(value or "") if pa.types.is_string(kind) else
+        total += len(name) + (len((value or "").encode()) if pa.types.is_string(kind) else
                               32 if pa.types.is_timestamp(kind) else 8)
     return total
 
@@ -58,8 +61,11 @@ def reference(table, shard, latest):
         image = {c: row[c] for c in PUBLIC_COLUMNS}
         by_key.setdefault((row["_commit_version"], row["relative_path"]), {})[side] = image
     out, row_of = [], {}
+    # a version's records by path, or by (bucket, path) in a shard that says so
+    by_bucket = shard.order == BY_BUCKET
     for (version, path), sides in sorted(by_key.items(), key=lambda kv: (
-            kv[0][0], kv[0][1].encode())):
+            kv[0][0], bucket_of(kv[0][1], shard.hash_buckets) if by_bucket else 0,
+            kv[0][1].encode())):
         old, new = sides.get("old"), sides.get("new")
         if old is not None and new is not None and old == new:
             continue
@@ -97,24 +103,35 @@ def drain(log, shard_id, limit, max_bytes=MAX_BYTES, pages=None):
 @given(commits=commits, shards=st.integers(1, 4), limit=st.sampled_from([1, 2, 3, 1000]),
        reshard=st.one_of(st.none(), st.integers(1, 3)),
        max_bytes=st.sampled_from([MAX_BYTES, 1, 200, 450]),
-       block=st.sampled_from([pages.TABLE_BLOCK, 1, 3]))
-def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes, block):
+       block=st.sampled_from([pages.TABLE_BLOCK, 1, 3]), by_key=st.booleans())
+def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes, block,
+                                         by_key):
     """`block`: page tables made in blocks of that many records (the window-wide columns
-    sliced at each block's start; pages within and across blocks)."""
+    sliced at each block's start; pages within and across blocks). `by_key`: a stream made
+    before records went by bucket (its metadata has no order)."""
     assume(reshard is None or shards <= 2 * reshard)  # a child has at most two parents
     default, pages.TABLE_BLOCK = pages.TABLE_BLOCK, block
     try:
-        _check_pages(commits, shards, limit, reshard, max_bytes)
+        _check_pages(commits, shards, limit, reshard, max_bytes, by_key)
     finally:
         pages.TABLE_BLOCK = default
 
 
-def _check_pages(commits, shards, limit, reshard, max_bytes):
+def _forget_order(state):
+    """The change log of volume "v" as a stream made before orders existed left it."""
+    for stream in state[(CHANGE_LOG, "v")]["streams"]:
+        for m in [stream, *stream["shards"]]:
+            m.pop("order", None)
+
+
+def _check_pages(commits, shards, limit, reshard, max_bytes, by_key=False):
     with tempfile.TemporaryDirectory() as tmp:
         cat = vs.connect(Path(tmp) / "wh")
         data = Path(tmp) / "data"
         data.mkdir()
         cat.create_volume("v", data, shards=shards)
+        if by_key:
+            cat.warehouse.mutate(_forget_order)
         table, ev = cat.directory_table("v"), Events()
         for k, commit in enumerate(commits):
             if reshard is not None and k == len(commits) // 2:
@@ -124,6 +141,7 @@ def _check_pages(commits, shards, limit, reshard, max_bytes):
         latest = table.version()
         log = cat.change_log("v")
         for shard in log.shards():
+            assert shard.order == ("key" if by_key else BY_BUCKET)  # a reshard's children too
             pages = []
             arrow, records = drain(log, shard.shard_id, limit, max_bytes, pages)
             want = reference(table, shard, latest)
@@ -186,11 +204,22 @@ texts = st.lists(st.one_of(st.none(), st.text(st.characters(exclude_categories=(
 
 
 @given(texts, texts, st.integers(0, 30), st.integers(0, 30))
-def test_text_lengths_are_utf8_lengths(a, b, lo, n):
-    """Chunks of ASCII (offsets) and of other text (decoded), nulls 0, sliced chunks."""
+def test_text_bytes_are_utf8_bytes(a, b, lo, n):
+    """Chunks of ASCII and of other text, nulls 0, sliced chunks, large strings."""
     ascii_only = [None if t is None else t.encode("ascii", "replace").decode() for t in a]
     col = pa.chunked_array([pa.array(ascii_only, pa.string()), pa.array(b, pa.string()),
                             pa.array(b, pa.string()).slice(min(lo, len(b)), n)], pa.string())
-    want = [len(t) if t is not None else 0 for chunk in col.chunks for t in chunk.to_pylist()]
-    assert text_lengths(col).tolist() == want
-    assert text_lengths(col.chunk(2)).tolist() == want[len(a) + len(b):]
+    want = [len(t.encode()) if t is not None else 0 for chunk in col.chunks
+            for t in chunk.to_pylist()]
+    assert text_bytes(col).tolist() == want
+    assert text_bytes(col.chunk(2)).tolist() == want[len(a) + len(b):]
+    assert text_bytes(col.cast(pa.large_string())).tolist() == want
+
+
+def test_text_bytes_of_a_null_whose_slot_has_bytes_is_zero():
+    """Arrow allows a null slot to span bytes (offsets 0-3 below): it counts 0."""
+    validity = pa.py_buffer(np.packbits([0, 1], bitorder="little").tobytes())
+    offsets = pa.py_buffer(np.array([0, 3, 5], np.int32).tobytes())
+    col = pa.StringArray.from_buffers(2, offsets, pa.py_buffer(b"abcde"), validity, 1)
+    assert col.to_pylist() == [None, "de"]
+    assert text_bytes(col).tolist() == [0, 2]

@@ -4,11 +4,16 @@ volume), changed only by compare-and-swap (`Warehouse.mutate`), like stream offs
     {"volume": "landing", "volume_id": "…", "buckets": 128,
      "streams": [{"label": "2026-11-23T16:20:01.123", "created_at": "…", "view_type": "…",
                   "start_version": 0, "disabled_version": null, "disabled_at": null,
+                  "order": "bucket",
                   "shards": [{"id": "shardId-…", "lo": 0, "hi": 128, "parent": null,
-                              "sibling": null, "start_version": 0, "end_version": null}]}]}
+                              "sibling": null, "start_version": 0, "end_version": null,
+                              "order": "bucket"}]}]}
 
 A shard holds the keys whose directory-table bucket is in [lo, hi) for the versions
-(start_version, end_version]. A reshard closes every open shard at the latest version and opens
+(start_version, end_version]. Its records of one version are ordered by key, or, with "order":
+"bucket" (a volume's streams made since it existed, and their shards' children), by bucket and
+then key: the order the change data feed's rows come in (`shards.reader`). A stream keeps the
+order it was made with, so the sequence numbers it gave out stay what they were. A reshard closes every open shard at the latest version and opens
 children over equal bucket ranges; each child names the shard holding its first bucket as
 parent and, when it also covers part of a second one (a merge), that one as parent sibling, as
 Tablestore does. A child may not cover more than two parents (reshard in steps).
@@ -21,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from volume_stream.errors import InvalidInputError, NotFoundError
-from volume_stream.shards.model import check_view_type, shard_id
+from volume_stream.shards.model import BY_BUCKET, check_view_type, shard_id
 from volume_stream.warehouse import VOLUME, CatalogState, Warehouse, entry, now
 
 __all__ = ["CHANGE_LOG", "TABLE_PREFIX", "disable", "enable", "ensure", "reshard"]
@@ -54,15 +59,23 @@ def _check_count(n: Any, buckets: int) -> int:
     return n
 
 
-def _new_stream(volume_id: str, buckets: int, n: int, view_type: str, start_version: int,
-                taken: set[str], when: datetime | None = None) -> dict[str, Any]:
+def _new_stream(volume: str, volume_id: str, buckets: int, n: int, view_type: str,
+                start_version: int, taken: set[str], when: datetime | None = None
+                ) -> dict[str, Any]:
     label = _label(taken, when)
+    # a volume's new stream orders a version's records by (bucket, path): `shards.reader`
+    order = {} if volume.startswith(TABLE_PREFIX) else {"order": BY_BUCKET}
     shards = [{"id": shard_id(volume_id, label, lo, hi, start_version, i), "lo": lo, "hi": hi,
                "parent": None, "sibling": None, "start_version": start_version,
-               "end_version": None} for i, (lo, hi) in enumerate(_ranges(buckets, n))]
+               "end_version": None, **order} for i, (lo, hi) in enumerate(_ranges(buckets, n))]
     return {"label": label, "created_at": now(), "view_type": view_type,
             "start_version": start_version, "disabled_version": None, "disabled_at": None,
-            "shards": shards}
+            "shards": shards, **order}
+
+
+def _order(stream: dict[str, Any]) -> dict[str, Any]:
+    """The order of a stream's records that its new shards keep (none: by key)."""
+    return {"order": stream["order"]} if "order" in stream else {}
 
 
 def _current(state: CatalogState, volume: str, volume_id: str | None) -> dict[str, Any] | None:
@@ -101,8 +114,8 @@ def ensure(warehouse: Warehouse, volume: str, buckets: int, *, shards: int = 1,
         meta = _current(state, volume, vid)
         if meta is None:
             meta = {"volume": volume, "volume_id": vid, "buckets": buckets,
-                    "streams": [_new_stream(vid, buckets, shards, view_type, start_version,
-                                            set(), created)]}
+                    "streams": [_new_stream(volume, vid, buckets, shards, view_type,
+                                            start_version, set(), created)]}
             if key is not None:
                 meta["key"] = key
             state[(CHANGE_LOG, volume)] = meta
@@ -145,7 +158,7 @@ def _close(stream: dict[str, Any], meta: dict[str, Any], version: int, volume: s
                     "id": shard_id(meta["volume_id"], stream["label"], lo, hi, start,
                                    len(stream["shards"]) + len(children)),
                     "lo": lo, "hi": hi, "parent": s["id"], "sibling": None,
-                    "start_version": start, "end_version": None})
+                    "start_version": start, "end_version": None, **_order(stream)})
     if "shards" in plan:
         buckets = meta["buckets"]
         for i, (lo, hi) in enumerate(_ranges(buckets, plan["shards"])):
@@ -155,7 +168,7 @@ def _close(stream: dict[str, Any], meta: dict[str, Any], version: int, volume: s
                                len(stream["shards"]) + i),
                 "lo": lo, "hi": hi, "parent": parents[0]["id"],
                 "sibling": parents[1]["id"] if len(parents) == 2 else None,
-                "start_version": start, "end_version": None})
+                "start_version": start, "end_version": None, **_order(stream)})
     for s in open_shards:
         s["end_version"] = start
     stream["shards"].extend(children)
@@ -260,7 +273,7 @@ def enable(warehouse: Warehouse, volume: str, buckets: int, version: int, *,
             raise InvalidInputError(f"the change log of volume {volume!r} is already enabled "
                                     f"(stream {meta['streams'][-1]['label']})")
         _check_count(shards, meta["buckets"])
-        stream = _new_stream(vid, meta["buckets"], shards, view_type, version,
+        stream = _new_stream(volume, vid, meta["buckets"], shards, view_type, version,
                              {s["label"] for s in meta["streams"]})
         if key is not None:
             stream["key"] = key  # a table's stream may have its own key column

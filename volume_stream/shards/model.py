@@ -16,6 +16,7 @@ from typing import Any
 from volume_stream.errors import InvalidInputError
 
 __all__ = [
+    "BY_BUCKET",
     "ITERATOR_KINDS",
     "MAX_ROW",
     "Keys",
@@ -34,6 +35,9 @@ __all__ = [
 #: what a record carries, DynamoDB's names; the first is the default
 VIEW_TYPES = ("NEW_AND_OLD_IMAGES", "NEW_IMAGE", "OLD_IMAGE", "KEYS_ONLY")
 ITERATOR_KINDS = ("TRIM_HORIZON", "LATEST", "AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
+#: a shard's `order` when its records of a version go by (bucket, key), the order a volume's
+#: change data feed comes in (the streams of volumes made since; before: by key alone)
+BY_BUCKET = "bucket"
 #: the row part of a position that stands for "the whole version"
 MAX_ROW = 9_999_999_999
 _VERSION_DIGITS, _ROW_DIGITS = 19, 10
@@ -90,6 +94,8 @@ class Shard:
     end_version: int | None = field(default=None, repr=False)
     #: the bucket count the ranges are of (the change log's; 0: the table's)
     hash_buckets: int = field(default=0, repr=False)
+    #: how a version's records are ordered: "key", or `BY_BUCKET` (by bucket, then key)
+    order: str = field(default="key", repr=False)
 
     @property
     def closed(self) -> bool:
@@ -108,7 +114,7 @@ class Shard:
             starting_sequence_number=sequence_number(meta["start_version"] + 1, 0),
             ending_sequence_number=None if end is None else sequence_number(end, MAX_ROW),
             bucket_lo=meta["lo"], bucket_hi=meta["hi"], start_version=meta["start_version"],
-            end_version=end, hash_buckets=hash_buckets)
+            end_version=end, hash_buckets=hash_buckets, order=meta.get("order", "key"))
 
 
 class Keys(list):

@@ -55,6 +55,8 @@ _RUNS = 4096
 #: records of a window made into its page table at once (a page is a slice of one or two)
 TABLE_BLOCK = 16384
 _BLOCKS_KEPT = 4
+#: an image column of fewer runs of consecutive rows than this is made of slices of them
+_SLICED_RUNS = 16
 
 
 class Images:
@@ -200,14 +202,25 @@ def _array(rows: pa.Table, column: str) -> pa.Array:
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
-def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray) -> pa.Array:
-    """Rows `idx` of `columns` as a struct column, null where idx is -1."""
+def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray
+            ) -> pa.Array | pa.ChunkedArray:
+    """Rows `idx` of `columns` as a struct column, null where idx is -1. Runs of consecutive
+    rows (a window ordered as the read came, `Shard.order`) are slices of the rows, not
+    copies: a chunk each when there are few."""
     valid = idx >= 0
     if len(idx) and not valid.any():
         return _null_struct(rows, columns, len(idx))
+    fields = [rows.schema.field(c) for c in columns]
+    if len(idx) and valid.all():
+        starts = np.flatnonzero(np.diff(idx) != 1) + 1
+        if len(starts) < _SLICED_RUNS:
+            bounds = [0, *starts.tolist(), len(idx)]
+            chunks = [pa.StructArray.from_arrays(
+                [_array(rows, c).slice(int(idx[a]), e - a) for c in columns], fields=fields)
+                for a, e in zip(bounds[:-1], bounds[1:], strict=True)]
+            return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks)
     take = pa.array(np.maximum(idx, 0))
     children = [_array(rows, c).take(take) for c in columns]
-    fields = [rows.schema.field(c) for c in columns]
     mask = None if valid.all() else pa.array(~valid)
     return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
 
@@ -259,7 +272,8 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
 
     new_image = _struct(rows, cols, new) if keep_new else _repeated(window, images, n, no_images)
     keys = window.key_columns
-    if keep_new and n and new.min() >= 0 and set(keys) <= set(cols):
+    if keep_new and n and new.min() >= 0 and set(keys) <= set(cols) and \
+            isinstance(new_image, pa.StructArray):
         # every record has a new image: the keys are its key columns (no second take)
         keys_col = pa.StructArray.from_arrays([new_image.field(k) for k in keys],
                                               fields=[rows.schema.field(k) for k in keys])

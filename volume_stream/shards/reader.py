@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from directory_table.storage import filesystem_for
-from volume_stream.shards.model import Shard
+from volume_stream.shards.model import BY_BUCKET, Shard
 from volume_stream.shards.sources import VolumeSource, row_sizes
 
 __all__ = ["CommitTimes", "Window", "empty_window", "fitting", "pylist", "shard_window",
@@ -235,11 +235,21 @@ def shard_windows(source: Any, shards: list[Shard], after: int, up_to: int) -> l
     if up_to <= after:
         return [_window_of(None, None, source.key, columns) for _ in shards]
     if len(shards) == 1:
-        return [_window_of(source.changes(after, up_to, shards[0]), None, source.key, columns)]
+        return [_window_of(source.changes(after, up_to, shards[0]), None, source.key, columns,
+                           by_bucket=_by_bucket(source, shards[0]))]
     cdf, picked = source.changes_of(after, up_to, shards)
     rows = _rows(cdf, source.key, columns)
     shared = _RowBytes(rows, columns)
-    return [_window_of(rows, idx, source.key, columns, shared) for idx in picked]
+    by_bucket = [_by_bucket(source, s) for s in shards]
+    follows = _follows(rows, source.key) if any(by_bucket) else None
+    return [_window_of(rows, idx, source.key, columns, shared, ordered, follows)
+            for idx, ordered in zip(picked, by_bucket, strict=True)]
+
+
+def _by_bucket(source: Any, shard: Shard) -> bool:
+    """Whether the shard's records go by (version, bucket, key): a volume's (one key column,
+    the read's `_bucket`) whose shard says so."""
+    return shard.order == BY_BUCKET and getattr(source, "kind", None) == "volume"
 
 
 def empty_window(source: Any) -> Window:
@@ -274,19 +284,50 @@ class _RowBytes:
 
 
 def _rows(cdf: pa.Table, key: str | tuple[str, ...], columns: tuple[str, ...]) -> pa.Table:
-    """The columns of a CDF a window keeps (public ones, keys, version, and `_phase`: 0 for
-    an old image, 1 for a new one), in one chunk each: pages take from them (a take from one array costs a third of one from
-    the read's many chunks)."""
+    """The columns of a CDF a window keeps (public ones, keys, version, bucket when there is
+    one, and `_phase`: 0 for an old image, 1 for a new one), in one chunk each: pages take
+    from them (a take from one array costs a third of one from the read's many chunks) or
+    slice them."""
     keys = (key,) if isinstance(key, str) else tuple(key)
-    rows = cdf.select([*dict.fromkeys([*columns, *keys]), "_commit_version"]).combine_chunks()
+    kept = [*dict.fromkeys([*columns, *keys]), "_commit_version"]
+    kept += ["_bucket"] if "_bucket" in cdf.column_names and "_bucket" not in kept else []
+    rows = cdf.select(kept).combine_chunks()
     return rows.append_column("_phase", pc.cast(pc.invert(pc.is_in(
         cdf["_change_type"], pa.array(list(_OLD)))), pa.int8()).combine_chunks())
 
 
+def _in_order(col: pa.ChunkedArray, phases: np.ndarray, a: np.ndarray, b: np.ndarray
+              ) -> np.ndarray:
+    """Per pair of rows (a[k], b[k]): whether b[k] comes after a[k] by (key, phase)."""
+    x, y = col.take(pa.array(a)), col.take(pa.array(b))
+    less = pc.fill_null(pc.less(x, y), False).to_numpy(zero_copy_only=False)
+    equal = pc.fill_null(pc.equal(x, y), False).to_numpy(zero_copy_only=False)
+    return less | (equal & (phases[a] < phases[b]))
+
+
+def _follows(rows: pa.Table, key: str) -> np.ndarray:
+    """Per row of `rows` (`_rows`): whether the next row comes after it by (key, phase), a
+    key's old image before its new one (False for the last): where the read's rows are in
+    that order already, as a volume's change data feed gives each bucket's rows of a commit.
+    One comparison of neighbours, keys compared for equality only where not ascending."""
+    col, n = _one_chunk(rows[key]), rows.num_rows
+    out = np.zeros(n, bool)
+    if n < 2:
+        return out
+    a, b = col.slice(0, n - 1), col.slice(1)
+    out[:-1] = pc.fill_null(pc.less(a, b), False).to_numpy(zero_copy_only=False)
+    maybe = np.flatnonzero(~out[:-1])
+    if len(maybe):
+        out[maybe] = _in_order(col, _one_chunk(rows["_phase"]).to_numpy(), maybe, maybe + 1)
+    return out
+
+
 def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[str, ...],
-               columns: tuple[str, ...], shared: _RowBytes | None = None) -> Window:
+               columns: tuple[str, ...], shared: _RowBytes | None = None,
+               by_bucket: bool = False, follows: np.ndarray | None = None) -> Window:
     """The window of the CDF rows `idx` of `cdf` (None: all): the rows sorted by (version,
-    key, old image first) as indices into `cdf`, only the sort's columns copied."""
+    key, old image first), or by (version, bucket, key, old image first) `by_bucket`, as
+    indices into `cdf`, only the sort's columns copied."""
     keys = (key,) if isinstance(key, str) else tuple(key)
     keep = list(dict.fromkeys([*columns, *keys]))
     empty = np.zeros(0, np.int64)
@@ -297,7 +338,12 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
     version, phases = _numbers(cdf)
     perm = np.arange(cdf.num_rows, dtype=np.int64) if idx is None else \
         idx.astype(np.int64, copy=False)
-    perm, v = _sorted(cdf, perm, version, phases, keys)  # rows of cdf, in record order
+    if by_bucket:
+        if follows is None:
+            follows = _follows(cdf, keys[0])
+        perm, v = _sorted_by_bucket(cdf, perm, version, phases, keys[0], follows)
+    else:
+        perm, v = _sorted(cdf, perm, version, phases, keys)  # rows of cdf, in record order
     is_old = phases[perm] == 0
     # an old image followed by a new one of the same version: a pair if the keys match
     at = np.flatnonzero(is_old[:-1] & ~is_old[1:] & (v[:-1] == v[1:]))
@@ -354,6 +400,41 @@ def _sorted(rows: pa.Table, perm: np.ndarray, version: np.ndarray, phases: np.nd
         order = pc.sort_indices(taken.slice(a, b - a), [(k, "ascending") for k in keys])
         out[a:b] = perm[a:b][order.to_numpy().view(np.int64)]
     return out, v  # (sorting within a version leaves the versions as they are)
+
+
+def _sorted_by_bucket(rows: pa.Table, perm: np.ndarray, version: np.ndarray,
+                      phases: np.ndarray, key: str, follows: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """`perm` ordered by (version, bucket, key, phase), and their versions: grouped by
+    (version, bucket) with numpy (a stable radix sort of small codes: each group keeps the
+    read's order), then only the groups whose rows the read did not give one after the other
+    in (key, phase) order (`follows`) sorted apart with Arrow."""
+    v, b = version[perm], _one_chunk(rows["_bucket"]).to_numpy()[perm].astype(np.int64)
+    vlo, blo = int(v.min()), int(b.min())
+    code = (v - vlo) * (int(b.max()) - blo + 1) + (b - blo)
+    grouped = np.argsort(code.astype(np.uint16) if code.max() < 1 << 16 else code,
+                         kind="stable")
+    perm, v, code = perm[grouped], v[grouped], code[grouped]
+    same = code[1:] == code[:-1]
+    bad = np.flatnonzero(same & ~((perm[1:] == perm[:-1] + 1) & follows[perm[:-1]]))
+    if len(bad):  # rows of a group that the read did not give next to each other: compare
+        ahead = _in_order(rows[key], phases, perm[bad], perm[bad + 1])
+        bad = bad[~ahead]
+    if not len(bad):
+        return perm, v
+    starts = np.flatnonzero(np.r_[True, ~same])
+    ends = np.r_[starts[1:], len(perm)]
+    groups = np.unique(np.searchsorted(starts, bad, side="right") - 1)
+    if len(groups) > _FEW_RUNS:  # many: one sort of all four
+        sub = pa.table({"c": code, "k": rows[key].take(pa.array(perm)), "p": phases[perm]})
+        order = pc.sort_indices(sub, [("c", "ascending"), ("k", "ascending"),
+                                      ("p", "ascending")]).to_numpy().view(np.int64)
+        return perm[order], v[order]
+    for a, e in zip(starts[groups].tolist(), ends[groups].tolist(), strict=True):
+        sub = pa.table({"k": rows[key].take(pa.array(perm[a:e])), "p": phases[perm[a:e]]})
+        order = pc.sort_indices(sub, [("k", "ascending"), ("p", "ascending")])
+        perm[a:e] = perm[a:e][order.to_numpy().view(np.int64)]
+    return perm, v  # (sorting within a group leaves the versions as they are)
 
 
 def _sorted_at_once(rows: pa.Table, perm: np.ndarray, v: np.ndarray, phase: np.ndarray,

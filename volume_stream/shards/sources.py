@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from directory_table import DirectoryTable
-from directory_table.layout import bucket_of
+from directory_table.layout import bucket_array, bucket_of
 from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from volume_stream.errors import InvalidInputError
 from volume_stream.shards.model import Shard
@@ -31,7 +31,7 @@ from volume_stream.tables.keys import key_columns
 from volume_stream.tables.store import CDF, ROW_ID, TableStore
 
 __all__ = ["TABLE_BUCKETS", "TableSource", "VolumeSource", "key_texts", "row_sizes",
-           "text_lengths"]
+           "text_bytes"]
 
 #: the hash buckets of a table's change log (its shards are ranges of them)
 TABLE_BUCKETS = 64
@@ -44,11 +44,6 @@ def key_texts(cdf: pa.Table, key: str | tuple[str, ...]) -> list[str]:
         return [str(k) for k in cdf[key].to_pylist()]
     return ["\x1f".join(map(str, values))
             for values in zip(*(cdf[k].to_pylist() for k in key), strict=True)]
-
-
-def _keep(keys: list[Any], shard: Shard, buckets: int) -> pa.Array:
-    return pa.array([shard.bucket_lo <= bucket_of(str(k), buckets) < shard.bucket_hi
-                     for k in keys], pa.bool_())
 
 
 class VolumeSource:
@@ -89,25 +84,23 @@ class VolumeSource:
         """The shard's CDF rows: the public columns and the change columns only."""
         if not shard.hash_buckets or shard.hash_buckets == self.table.layout().buckets:
             return self.table.changes(after, up_to, buckets=shard.buckets, columns=self.columns)
-        # the table was re-bucketed (migrated) after the change log was made
-        cdf = self.table.changes(after, up_to, columns=self.columns)
-        return cdf.filter(_keep(cdf["relative_path"].to_pylist(), shard, shard.hash_buckets))
+        cdf, [rows] = self.changes_of(after, up_to, [shard])
+        return cdf.take(pa.array(rows))
 
     def changes_of(self, after: int, up_to: int, shards: list[Shard]
                    ) -> tuple[pa.Table, list[np.ndarray | None]]:
         """One read of every bucket's changes, and the rows of it that are each shard's
-        `changes(after, up_to, s)` (indices in order; None: all of them)."""
+        `changes(after, up_to, s)` (indices in order; None: all of them). `_bucket` is the
+        bucket the shards' ranges are of: the table's, or, for a table re-bucketed (migrated)
+        after the change log was made, the path's hashed into the log's bucket count."""
         cdf = self.table.changes(after, up_to, columns=self.columns)
-        buckets = self.table.layout().buckets
+        n = next((s.hash_buckets for s in shards if s.hash_buckets), 0)
+        if n and n != self.table.layout().buckets:
+            at = cdf.schema.get_field_index("_bucket")
+            cdf = cdf.set_column(at, cdf.schema.field(at), bucket_array(
+                cdf["relative_path"].to_pylist(), n).cast(cdf.schema.field(at).type))
         b = cdf["_bucket"].to_numpy()
-        out: list[np.ndarray | None] = []
-        for shard in shards:
-            if not shard.hash_buckets or shard.hash_buckets == buckets:
-                out.append(np.flatnonzero((b >= shard.bucket_lo) & (b < shard.bucket_hi)))
-            else:
-                out.append(np.flatnonzero(_keep(cdf["relative_path"].to_pylist(), shard,
-                                                shard.hash_buckets)))
-        return cdf, out
+        return cdf, [np.flatnonzero((b >= s.bucket_lo) & (b < s.bucket_hi)) for s in shards]
 
 
 class TableSource:
@@ -194,27 +187,20 @@ class TableSource:
         return cdf, out
 
 
-def text_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """The UTF-8 length (characters) of each string of `col`, 0 for a null: a chunk whose
-    bytes are all ASCII gives its offsets' differences (one pass over the bytes, not a
-    decode of each string), others `utf8_length`."""
+def text_bytes(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The UTF-8 bytes of each string of `col` (what DynamoDB counts), 0 for a null: the
+    differences of each chunk's offsets, no pass over the text."""
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
     out = []
     for chunk in chunks:
         n = len(chunk)
-        if n and pa.types.is_string(chunk.type):
-            offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + n
-                                                                  + 1]
-            data = chunk.buffers()[2]
-            text = (np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None
-                    else np.zeros(0, np.uint8))
-            if not len(text) or text.max() < 0x80:
-                lengths = np.diff(offsets)  # int32 (an int64 copy costs more than the diff)
-                if chunk.null_count:  # a null's slot may have bytes
-                    lengths[pc.is_null(chunk).to_numpy(zero_copy_only=False)] = 0
-                out.append(lengths)
-                continue
-        out.append(pc.fill_null(pc.utf8_length(chunk), 0).to_numpy().astype(np.int64))
+        wide = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], wide)[chunk.offset:chunk.offset + n + 1] \
+            if n else np.zeros(1, wide)
+        lengths = np.diff(offsets)  # (an int64 copy of int32 offsets costs more than the diff)
+        if chunk.null_count:  # a null's slot may have bytes
+            lengths[pc.is_null(chunk).to_numpy(zero_copy_only=False)] = 0
+        out.append(lengths)
     if len(out) == 1:
         return out[0]
     return np.concatenate(out) if out else np.zeros(0, np.int64)
@@ -223,8 +209,8 @@ def text_lengths(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def row_sizes(rows: pa.Table, columns: tuple[str, ...],
               lengths: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Approximate bytes of each row's image as DynamoDB counts them: attribute names plus
-    values (strings their UTF-8 length, timestamps 32, other values 8); `lengths` keeps the
-    string columns' `text_lengths` for another call over the same rows."""
+    values (strings their UTF-8 bytes, timestamps 32, other values 8); `lengths` keeps the
+    string columns' `text_bytes` for another call over the same rows."""
     lengths = {} if lengths is None else lengths
     texts = [c for c in columns if pa.types.is_string(rows.schema.field(c).type)
              or pa.types.is_large_string(rows.schema.field(c).type)]
@@ -235,6 +221,6 @@ def row_sizes(rows: pa.Table, columns: tuple[str, ...],
     for c in texts:
         made = lengths.get(c)
         if made is None:
-            made = lengths[c] = text_lengths(rows[c])
+            made = lengths[c] = text_bytes(rows[c])
         sizes += made
     return sizes
