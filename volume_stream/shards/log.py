@@ -42,7 +42,7 @@ from volume_stream.shards.model import (
     Shard,
     parse_sequence_number,
 )
-from volume_stream.shards.pages import arrow_page, page_records
+from volume_stream.shards.pages import arrow_page, page_records, prepare
 from volume_stream.shards.reader import CommitTimes, Window, empty_window, fitting, shard_windows
 from volume_stream.shards.sources import TableSource, VolumeSource
 from volume_stream.tables.keys import key_columns
@@ -307,7 +307,8 @@ class ChangeLog:
                     self._ahead.clear()  # those readers do not move together either
                 elif siblings:
                     group += siblings
-            windows = shard_windows(self.source, group, a, b)
+            windows = shard_windows(self.source, group, a, b, lambda w, s: prepare(
+                w, s, self.view_type, self.commit_time))
             hit = windows[0]
             self._ahead.update(((s.shard_id, a, b), w)
                                for s, w in zip(group[1:], windows[1:], strict=True))

@@ -36,7 +36,8 @@ from volume_stream.shards.model import PageColumns, Record, Shard
 from volume_stream.shards.reader import Window, pylist
 
 __all__ = ["RECORD_COLUMNS", "TABLE_BLOCK", "ArrowPage", "Images", "arrow_page", "image_class",
-           "page_records", "row_numbers", "sequence_numbers", "struct_images", "window_records"]
+           "page_records", "prepare", "row_numbers", "sequence_numbers", "struct_images",
+           "window_records"]
 
 RECORD_COLUMNS = ("sequence_number", "event_name", "keys", "old_image", "new_image",
                   "shard_id", "commit_version", "commit_timestamp", "size_bytes")
@@ -248,6 +249,30 @@ def _whole(window: Window, commit_time: Callable[[int], datetime]) -> dict[str, 
     return made
 
 
+def prepare(window: Window, shard: Shard, view_type: str,
+            commit_time: Callable[[int], datetime]) -> None:
+    """Make at once what the shard's pages of the window slice (on the thread that made the
+    window: `shard_windows`): the window-wide columns, the record sizes of `view_type`, and
+    the blocks whose images are slices of the read (`_sliced`), kept while the window is
+    (they copy no image)."""
+    _whole(window, commit_time)
+    keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
+    window.running_sizes(keep_old, view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE"))
+    kept = window.tables.setdefault((shard.shard_id, view_type, "sliced"), {})
+    for a in range(0, len(window), TABLE_BLOCK):
+        e = min(len(window), a + TABLE_BLOCK)
+        if _sliced(window, a, e, keep_old):
+            kept[a // TABLE_BLOCK] = _slice_table(window, a, e, shard, view_type, commit_time)
+
+
+def _sliced(window: Window, a: int, e: int, keep_old: bool) -> bool:
+    """Whether records a to e have their images by slicing alone (`_struct`): each has a new
+    image, they are few runs of consecutive rows, and old images are not kept or none."""
+    new = window.new[a:e]
+    return bool(len(new) and new.min() >= 0 and not (keep_old and window.old[a:e].max() >= 0)
+                and np.count_nonzero(np.diff(new) != 1) + 1 < _SLICED_RUNS)
+
+
 def _repeated(window: Window, key: Any, n: int, make: Callable[[int], pa.Array]) -> pa.Array:
     """`make(m)` for a block-sized m, kept with the window, sliced to n (no array per block
     of a shard id or of null images)."""
@@ -295,7 +320,11 @@ def _slice_table(window: Window, i: int, j: int, shard: Shard, view_type: str,
 def _block(window: Window, k: int, shard: Shard, view_type: str,
            commit_time: Callable[[int], datetime]) -> pa.Table:
     """Block k (records k * TABLE_BLOCK on) of the window's page table, made once and kept
-    (the last `_BLOCKS_KEPT` per shard and view type) while the window is."""
+    (the last `_BLOCKS_KEPT` per shard and view type, and those `prepare` made) while the
+    window is."""
+    sliced = window.tables.get((shard.shard_id, view_type, "sliced"))
+    if sliced and k in sliced:
+        return sliced[k]
     made = window.tables.get((shard.shard_id, view_type))
     if made is None:
         made = window.tables[shard.shard_id, view_type] = OrderedDict()

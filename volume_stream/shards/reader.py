@@ -15,6 +15,9 @@ numbering); `shards.pages` makes a page's Arrow table from slices of windows, an
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
 from typing import Any
@@ -34,6 +37,8 @@ __all__ = ["CommitTimes", "Window", "empty_window", "fitting", "pylist", "shard_
 _OLD = frozenset(("delete", "update_preimage"))
 #: page ends a window remembers (`Window.position`)
 _ENDS_KEPT = 1024
+#: threads that make the windows of one read (at most one per core)
+_THREADS = 2
 #: versions of a window numbered run by run (more: at once)
 _FEW_RUNS = 256
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
@@ -225,25 +230,41 @@ def shard_window(source: Any, shard: Shard, after: int, up_to: int) -> Window:
     return shard_windows(source, [shard], after, up_to)[0]
 
 
-def shard_windows(source: Any, shards: list[Shard], after: int, up_to: int) -> list[Window]:
+def shard_windows(source: Any, shards: list[Shard], after: int, up_to: int,
+                  prepare: Callable[[Window, Shard], Any] | None = None) -> list[Window]:
     """`shard_window` of each of `shards` (one read of the change data feed when more than
     one: every bucket's changes, each shard's rows picked by index; the windows share the
-    read's table and its row sizes)."""
+    read's table and its row sizes, and are made on a thread per core, each followed by
+    `prepare(window, shard)`, e.g. the columns its pages will slice)."""
     if not hasattr(source, "columns"):
         source = VolumeSource(source)
     columns = tuple(source.columns)
     if up_to <= after:
         return [_window_of(None, None, source.key, columns) for _ in shards]
     if len(shards) == 1:
-        return [_window_of(source.changes(after, up_to, shards[0]), None, source.key, columns,
-                           by_bucket=_by_bucket(source, shards[0]))]
+        window = _window_of(source.changes(after, up_to, shards[0]), None, source.key, columns,
+                            by_bucket=_by_bucket(source, shards[0]))
+        if prepare is not None:
+            prepare(window, shards[0])
+        return [window]
     cdf, picked = source.changes_of(after, up_to, shards)
     rows = _rows(cdf, source.key, columns)
     shared = _RowBytes(rows, columns)
-    by_bucket = [_by_bucket(source, s) for s in shards]
-    follows = _follows(rows, source.key) if any(by_bucket) else None
-    return [_window_of(rows, idx, source.key, columns, shared, ordered, follows)
-            for idx, ordered in zip(picked, by_bucket, strict=True)]
+    shared.both(columns, (source.key,) if isinstance(source.key, str) else source.key)
+    follows = _follows(rows, source.key) if any(_by_bucket(source, s) for s in shards) \
+        else None
+
+    def made(shard: Shard, idx: np.ndarray) -> Window:
+        window = _window_of(rows, idx, source.key, columns, shared, _by_bucket(source, shard),
+                            follows)
+        if prepare is not None:
+            prepare(window, shard)
+        return window
+
+    # a thread per core: the windows' numpy and Arrow work releases the GIL (the read itself
+    # keeps ~1.4 cores busy; after it, one thread alone would leave one idle)
+    with ThreadPoolExecutor(max(1, min(len(shards), os.cpu_count() or 1, _THREADS))) as pool:
+        return list(pool.map(made, shards, picked))
 
 
 def _by_bucket(source: Any, shard: Shard) -> bool:
