@@ -129,8 +129,9 @@ class Window:
         #: row sizes shared with sibling windows over the same rows (`_RowBytes`)
         self._row_bytes = row_bytes
         self._record_sizes: dict[tuple[Any, ...], np.ndarray] = {}
-        #: blocks of this window's page table, made by `shards.pages` (per shard and view type)
-        self.tables: dict[tuple[str, str], dict[int, pa.Table]] = {}
+        #: blocks of this window's page table, made by `shards.pages` (per shard and view
+        #: type, and apart those made at once by `pages.prepare`)
+        self.tables: dict[tuple[str, ...], dict[int, pa.Table]] = {}
         #: columns of all its records that the blocks slice, made by `shards.pages` at once
         self.made: dict[Any, Any] = {}
         #: `position`s handed out: (version, row) -> the index after it
