@@ -1,9 +1,9 @@
 """The order of a shard's records within a version: by (bucket, path) in a volume's streams
-(`Shard.order == BY_BUCKET`), by path in streams made before. `shards.reader` takes a
-bucket's rows in the order the change data feed gives them when they are in order already
-and sorts only the groups that are not; these tests hand it feeds in every kind of order
-(sorted, split into runs that come back shuffled, shuffled row by row) and compare with a
-plain sort."""
+(`Shard.order == BY_BUCKET`), by path in streams made before. `shards.order` takes a
+bucket's rows in the order the change data feed gives them when they are in order already,
+merges runs of them and sorts only the groups it cannot merge; these tests hand it feeds in
+every kind of order (sorted, split into runs that come back shuffled, shuffled row by row)
+and compare with a plain sort."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from directory_table.layout import Layout, bucket_of
 from directory_table.table import _CDF_SCHEMA
-from volume_stream.shards import reader
+from volume_stream.shards import order, reader
 from volume_stream.shards.model import BY_BUCKET, Shard
 from volume_stream.shards.pages import window_records
 
@@ -95,20 +95,24 @@ def _arranged(rows: list[dict], how: str, rnd: random.Random) -> list[dict]:
     return rows
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(versions=changes, how=st.sampled_from(["sorted", "runs", "shuffled"]),
-       seed=st.integers(0, 2**16), by_bucket=st.booleans(), at_once=st.booleans())
+       seed=st.integers(0, 2**16), by_bucket=st.booleans(),
+       fallback=st.sampled_from([None, "at once", "no merge"]))
 def test_records_come_in_the_shards_order_whatever_the_feeds(versions, how, seed, by_bucket,
-                                                             at_once):
-    """`at_once`: the groups out of order sorted in one Arrow sort rather than apart."""
+                                                             fallback):
+    """`fallback`: the groups out of order sorted in one Arrow sort rather than apart, or
+    each sorted rather than merged run by run."""
     rows = _arranged(_feed(versions), how, random.Random(seed))
     shard = Shard("shardId-0", None, None, "1", None, bucket_lo=0, bucket_hi=BUCKETS,
                   hash_buckets=BUCKETS, order=BY_BUCKET if by_bucket else "key")
-    few, reader._FEW_RUNS = reader._FEW_RUNS, 0 if at_once else reader._FEW_RUNS
+    few, pieces = order.FEW_RUNS, order._MERGED_PIECES
+    order.FEW_RUNS = 0 if fallback == "at once" else few
+    order._MERGED_PIECES = 0 if fallback == "no merge" else pieces
     try:
         window = reader.shard_window(_Table(rows), shard, 0, len(versions))
     finally:
-        reader._FEW_RUNS = few
+        order.FEW_RUNS, order._MERGED_PIECES = few, pieces
     records = window_records(window, 0, len(window), shard, "NEW_AND_OLD_IMAGES", lambda v: T0)
     got = [(r.commit_version, int(r.sequence_number[-10:]), r.key["relative_path"],
             r.event_name) for r in records]

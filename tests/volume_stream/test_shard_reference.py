@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import volume_stream as vs
+from directory_table import commitfile
 from directory_table.layout import bucket_of
 from directory_table.schema import PUBLIC_COLUMNS, TABLE_SCHEMA
 from tests.volume_stream.conftest import Events
@@ -103,18 +104,22 @@ def drain(log, shard_id, limit, max_bytes=MAX_BYTES, pages=None):
 @given(commits=commits, shards=st.integers(1, 4), limit=st.sampled_from([1, 2, 3, 1000]),
        reshard=st.one_of(st.none(), st.integers(1, 3)),
        max_bytes=st.sampled_from([MAX_BYTES, 1, 200, 450]),
-       block=st.sampled_from([pages.TABLE_BLOCK, 1, 3]), by_key=st.booleans())
+       block=st.sampled_from([pages.TABLE_BLOCK, 1, 3]), by_key=st.booleans(),
+       file_rows=st.sampled_from([commitfile.MAX_ROWS_PER_FILE, 1, 2]))
 def test_pages_are_the_reference_records(commits, shards, limit, reshard, max_bytes, block,
-                                         by_key):
+                                         by_key, file_rows):
     """`block`: page tables made in blocks of that many records (the window-wide columns
     sliced at each block's start; pages within and across blocks). `by_key`: a stream made
-    before records went by bucket (its metadata has no order)."""
+    before records went by bucket (its metadata has no order). `file_rows`: the most rows
+    of a data file the directory table writes (a bucket's rows of one commit in several
+    files, each a range of paths, read back in any order)."""
     assume(reshard is None or shards <= 2 * reshard)  # a child has at most two parents
     default, pages.TABLE_BLOCK = pages.TABLE_BLOCK, block
+    most, commitfile.MAX_ROWS_PER_FILE = commitfile.MAX_ROWS_PER_FILE, file_rows
     try:
         _check_pages(commits, shards, limit, reshard, max_bytes, by_key)
     finally:
-        pages.TABLE_BLOCK = default
+        pages.TABLE_BLOCK, commitfile.MAX_ROWS_PER_FILE = default, most
 
 
 def _forget_order(state):

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from directory_table.storage import filesystem_for
+from volume_stream.shards import order
 from volume_stream.shards.model import BY_BUCKET, Shard
 from volume_stream.shards.sources import VolumeSource, row_sizes
 
@@ -39,8 +40,6 @@ _OLD = frozenset(("delete", "update_preimage"))
 _ENDS_KEPT = 1024
 #: threads that make the windows of one read (at most one per core)
 _THREADS = 2
-#: versions of a window numbered run by run (more: at once)
-_FEW_RUNS = 256
 _COMMIT_TS_KEY = "volume_stream.commit_timestamp"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -252,7 +251,7 @@ def shard_windows(source: Any, shards: list[Shard], after: int, up_to: int,
     rows = _rows(cdf, source.key, columns)
     shared = _RowBytes(rows, columns)
     shared.both(columns, (source.key,) if isinstance(source.key, str) else source.key)
-    follows = _follows(rows, source.key) if any(_by_bucket(source, s) for s in shards) \
+    follows = order.follows(rows, source.key) if any(_by_bucket(source, s) for s in shards) \
         else None
 
     def made(shard: Shard, idx: np.ndarray) -> Window:
@@ -318,32 +317,6 @@ def _rows(cdf: pa.Table, key: str | tuple[str, ...], columns: tuple[str, ...]) -
         cdf["_change_type"], pa.array(list(_OLD)))), pa.int8()).combine_chunks())
 
 
-def _in_order(col: pa.ChunkedArray, phases: np.ndarray, a: np.ndarray, b: np.ndarray
-              ) -> np.ndarray:
-    """Per pair of rows (a[k], b[k]): whether b[k] comes after a[k] by (key, phase)."""
-    x, y = col.take(pa.array(a)), col.take(pa.array(b))
-    less = pc.fill_null(pc.less(x, y), False).to_numpy(zero_copy_only=False)
-    equal = pc.fill_null(pc.equal(x, y), False).to_numpy(zero_copy_only=False)
-    return less | (equal & (phases[a] < phases[b]))
-
-
-def _follows(rows: pa.Table, key: str) -> np.ndarray:
-    """Per row of `rows` (`_rows`): whether the next row comes after it by (key, phase), a
-    key's old image before its new one (False for the last): where the read's rows are in
-    that order already, as a volume's change data feed gives each bucket's rows of a commit.
-    One comparison of neighbours, keys compared for equality only where not ascending."""
-    col, n = _one_chunk(rows[key]), rows.num_rows
-    out = np.zeros(n, bool)
-    if n < 2:
-        return out
-    a, b = col.slice(0, n - 1), col.slice(1)
-    out[:-1] = pc.fill_null(pc.less(a, b), False).to_numpy(zero_copy_only=False)
-    maybe = np.flatnonzero(~out[:-1])
-    if len(maybe):
-        out[maybe] = _in_order(col, _one_chunk(rows["_phase"]).to_numpy(), maybe, maybe + 1)
-    return out
-
-
 def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[str, ...],
                columns: tuple[str, ...], shared: _RowBytes | None = None,
                by_bucket: bool = False, follows: np.ndarray | None = None) -> Window:
@@ -362,10 +335,10 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
         idx.astype(np.int64, copy=False)
     if by_bucket:
         if follows is None:
-            follows = _follows(cdf, keys[0])
-        perm, v = _sorted_by_bucket(cdf, perm, version, phases, keys[0], follows)
+            follows = order.follows(cdf, keys[0])
+        perm, v = order.by_bucket(cdf, perm, version, phases, keys[0], follows)
     else:
-        perm, v = _sorted(cdf, perm, version, phases, keys)  # rows of cdf, in record order
+        perm, v = order.by_key(cdf, perm, version, phases, keys)  # rows of cdf, in record order
     is_old = phases[perm] == 0
     # an old image followed by a new one of the same version: a pair if the keys match
     at = np.flatnonzero(is_old[:-1] & ~is_old[1:] & (v[:-1] == v[1:]))
@@ -390,7 +363,7 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
     # the row of a record: its index among its version's records
     row = np.arange(len(v), dtype=np.int64)
     runs = np.flatnonzero(v[1:] != v[:-1]) + 1
-    if len(runs) > _FEW_RUNS:
+    if len(runs) > order.FEW_RUNS:
         starts = np.r_[0, runs]
         row -= np.repeat(starts, np.diff(np.r_[starts, len(v)]))
     else:  # a slice each (a window of the log has at most 64 versions)
@@ -400,78 +373,7 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
     return Window(cdf, v, row, old, new, key, columns, shared)
 
 
-def _sorted(rows: pa.Table, perm: np.ndarray, version: np.ndarray, phases: np.ndarray,
-            keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """`perm` (rows of `rows`) ordered by (version, key, phase), stably, and their versions.
-    The rows are first
-    grouped by (version, phase) with numpy (a radix sort of small codes), then each version's
-    keys are sorted apart (an Arrow sort is stable: a key's old image stays first); with many
-    versions, or versions too far apart for the codes, one Arrow sort of all three."""
-    v = version[perm]
-    lo, hi = (int(v.min()), int(v.max())) if len(v) else (0, 0)
-    if (hi - lo) * 2 + 1 >= 1 << 16:
-        return _sorted_at_once(rows, perm, v, phases[perm], keys)
-    grouped = np.argsort(((v - lo) * 2 + phases[perm]).astype(np.uint16), kind="stable")
-    perm, v = perm[grouped], v[grouped]
-    bounds = [0, *(np.flatnonzero(v[1:] != v[:-1]) + 1).tolist(), len(v)]
-    if len(bounds) > _FEW_RUNS:
-        return _sorted_at_once(rows, perm, v, phases[perm], keys)
-    taken = pa.table({k: rows[k].take(pa.array(perm)) for k in keys})
-    out = np.empty(len(perm), np.int64)
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        order = pc.sort_indices(taken.slice(a, b - a), [(k, "ascending") for k in keys])
-        out[a:b] = perm[a:b][order.to_numpy().view(np.int64)]
-    return out, v  # (sorting within a version leaves the versions as they are)
-
-
-def _sorted_by_bucket(rows: pa.Table, perm: np.ndarray, version: np.ndarray,
-                      phases: np.ndarray, key: str, follows: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """`perm` ordered by (version, bucket, key, phase), and their versions: grouped by
-    (version, bucket) with numpy (a stable radix sort of small codes: each group keeps the
-    read's order), then only the groups whose rows the read did not give one after the other
-    in (key, phase) order (`follows`) sorted apart with Arrow."""
-    v, b = version[perm], _one_chunk(rows["_bucket"]).to_numpy()[perm].astype(np.int64)
-    vlo, blo = int(v.min()), int(b.min())
-    code = (v - vlo) * (int(b.max()) - blo + 1) + (b - blo)
-    grouped = np.argsort(code.astype(np.uint16) if code.max() < 1 << 16 else code,
-                         kind="stable")
-    perm, v, code = perm[grouped], v[grouped], code[grouped]
-    same = code[1:] == code[:-1]
-    bad = np.flatnonzero(same & ~((perm[1:] == perm[:-1] + 1) & follows[perm[:-1]]))
-    if len(bad):  # rows of a group that the read did not give next to each other: compare
-        ahead = _in_order(rows[key], phases, perm[bad], perm[bad + 1])
-        bad = bad[~ahead]
-    if not len(bad):
-        return perm, v
-    starts = np.flatnonzero(np.r_[True, ~same])
-    ends = np.r_[starts[1:], len(perm)]
-    groups = np.unique(np.searchsorted(starts, bad, side="right") - 1)
-    if len(groups) > _FEW_RUNS:  # many: one sort of all four
-        sub = pa.table({"c": code, "k": rows[key].take(pa.array(perm)), "p": phases[perm]})
-        order = pc.sort_indices(sub, [("c", "ascending"), ("k", "ascending"),
-                                      ("p", "ascending")]).to_numpy().view(np.int64)
-        return perm[order], v[order]
-    for a, e in zip(starts[groups].tolist(), ends[groups].tolist(), strict=True):
-        sub = pa.table({"k": rows[key].take(pa.array(perm[a:e])), "p": phases[perm[a:e]]})
-        order = pc.sort_indices(sub, [("k", "ascending"), ("p", "ascending")])
-        perm[a:e] = perm[a:e][order.to_numpy().view(np.int64)]
-    return perm, v  # (sorting within a group leaves the versions as they are)
-
-
-def _sorted_at_once(rows: pa.Table, perm: np.ndarray, v: np.ndarray, phase: np.ndarray,
-                    keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    sub = pa.table({"v": v, **{k: rows[k].take(pa.array(perm)) for k in keys}, "p": phase})
-    order = pc.sort_indices(sub, [("v", "ascending"), *((k, "ascending") for k in keys),
-                                  ("p", "ascending")]).to_numpy().view(np.int64)
-    return perm[order], v[order]
-
-
 def _numbers(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """The versions and phases of `rows` (`_rows`: one chunk each) as numpy arrays."""
-    return (_one_chunk(rows["_commit_version"]).to_numpy(),
-            _one_chunk(rows["_phase"]).to_numpy())
-
-
-def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return (order.one_chunk(rows["_commit_version"]).to_numpy(),
+            order.one_chunk(rows["_phase"]).to_numpy())
