@@ -13,7 +13,7 @@ inserts over 5 commits; `--quick`: 20k in one) plus one commit overwriting and o
   Python object per record; issue 25).
 - `shards.arrow`: every record of every shard read through `ChangeLog.get_records_arrow`
   (Limit 1000 pages, Arrow tables: keys and images as struct columns), records/s; baseline:
-  the plain CDF read's rows/s; the two reads alternate, best of three each, each from an open
+  the plain CDF read's rows/s; the two reads alternate, best of five each, each from an open
   table (the plain read's `DirectoryTable` has its Delta handle from the reads before; the
   change log is opened before its timer, a new one each round). Target: at least 0.5x (the
   change log reads only the public and change columns; the details give the ratio to the same
@@ -63,7 +63,7 @@ SHARDS = 4
 MIN_API_RATIO = 0.05
 MIN_BOTO_RATIO = 0.5
 MIN_ARROW_RATIO = 0.5
-ARROW_ROUNDS = 3
+ARROW_ROUNDS = 5
 MIN_HTTP_RATE = 100_000
 #: GetRecords bodies kept from the raw read for the canned-parse baseline (at full size)
 CANNED_PAGES = 100

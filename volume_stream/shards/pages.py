@@ -56,7 +56,8 @@ _RUNS = 4096
 #: records of a window made into its page table at once (a page is a slice of one or two)
 TABLE_BLOCK = 16384
 _BLOCKS_KEPT = 4
-#: an image column of fewer runs of consecutive rows than this is made of slices of them
+#: an image column of fewer runs of consecutive rows than this per `TABLE_BLOCK` records is
+#: made of slices of them (a run of ~1,000 rows and more costs less as a slice than taken)
 _SLICED_RUNS = 16
 
 
@@ -207,14 +208,14 @@ def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray
             ) -> pa.Array | pa.ChunkedArray:
     """Rows `idx` of `columns` as a struct column, null where idx is -1. Runs of consecutive
     rows (a window ordered as the read came, `Shard.order`) are slices of the rows, not
-    copies: a chunk each when there are few."""
+    copies: a chunk each when they are long (`_SLICED_RUNS`)."""
     valid = idx >= 0
     if len(idx) and not valid.any():
         return _null_struct(rows, columns, len(idx))
     fields = [rows.schema.field(c) for c in columns]
     if len(idx) and valid.all():
         starts = np.flatnonzero(np.diff(idx) != 1) + 1
-        if len(starts) < _SLICED_RUNS:
+        if len(starts) < max(_SLICED_RUNS, len(idx) * _SLICED_RUNS // TABLE_BLOCK):
             bounds = [0, *starts.tolist(), len(idx)]
             chunks = [pa.StructArray.from_arrays(
                 [_array(rows, c).slice(int(idx[a]), e - a) for c in columns], fields=fields)
@@ -259,10 +260,18 @@ def prepare(window: Window, shard: Shard, view_type: str,
     keep_old = view_type in ("NEW_AND_OLD_IMAGES", "OLD_IMAGE")
     window.running_sizes(keep_old, view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE"))
     kept = window.tables.setdefault((shard.shard_id, view_type, "sliced"), {})
-    for a in range(0, len(window), TABLE_BLOCK):
-        e = min(len(window), a + TABLE_BLOCK)
-        if _sliced(window, a, e, keep_old):
-            kept[a // TABLE_BLOCK] = _slice_table(window, a, e, shard, view_type, commit_time)
+    n, step = len(window), TABLE_BLOCK
+    sliced = [_sliced(window, a, min(n, a + step), keep_old) for a in range(0, n, step)]
+    k = 0
+    while k < len(sliced):  # each stretch of such blocks made as one table, then cut
+        m = k
+        while sliced[k] and m + 1 < len(sliced) and sliced[m + 1]:
+            m += 1
+        if sliced[k]:
+            table = _slice_table(window, k * step, min(n, (m + 1) * step), shard, view_type,
+                                 commit_time)
+            kept.update((j, table.slice((j - k) * step, step)) for j in range(k, m + 1))
+        k = m + 1
 
 
 def _sliced(window: Window, a: int, e: int, keep_old: bool) -> bool:
