@@ -9,7 +9,7 @@ inserts over 5 commits; `--quick`: 20k in one) plus one commit overwriting and o
   (Limit 1000 pages), each record's sequence number, key and image looked at (images are
   made lazily, so a read that ignored them would not pay for them), records/s; baseline: a
   plain read of the same change data feed (`DirectoryTable.changes` over all versions), CDF
-  rows/s, the best of the three CDF reads timed beside `shards.arrow`. Target: at least 0.05x (a
+  rows/s, the best of the five CDF reads timed beside `shards.arrow`. Target: at least 0.05x (a
   Python object per record; issue 25).
 - `shards.arrow`: every record of every shard read through `ChangeLog.get_records_arrow`
   (Limit 1000 pages, Arrow tables: keys and images as struct columns), records/s; baseline:
