@@ -56,10 +56,10 @@ def follows(rows: pa.Table, key: str) -> np.ndarray:
 def by_key(rows: pa.Table, perm: np.ndarray, version: np.ndarray, phases: np.ndarray,
            keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """`perm` (rows of `rows`) ordered by (version, key, phase), stably, and their versions.
-    The rows are first
-    grouped by (version, phase) with numpy (a radix sort of small codes), then each version's
-    keys are sorted apart (an Arrow sort is stable: a key's old image stays first); with many
-    versions, or versions too far apart for the codes, one Arrow sort of all three."""
+    The rows are first grouped by (version, phase) with numpy (a radix sort of small codes),
+    then each version's keys are sorted apart (an Arrow sort is stable: a key's old image
+    stays first); with many versions, or versions too far apart for the codes, one Arrow
+    sort of all three."""
     v = version[perm]
     lo, hi = (int(v.min()), int(v.max())) if len(v) else (0, 0)
     if (hi - lo) * 2 + 1 >= 1 << 16:
