@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -79,16 +80,21 @@ def validate_relative_path(path: str) -> str:
 _SUSPECT = r"^$|^/|//|(^|/)\.\.?(/|$)|[\x00-\x1f\x7f\\]"
 
 
-def valid_paths(paths: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Per path of a column, whether `validate_relative_path` takes it (a null: no)."""
+def valid_paths(paths: pa.Array | pa.ChunkedArray,
+                refused: Callable[[str | None, InvalidPathError], None] | None = None,
+                ) -> np.ndarray:
+    """Per path of a column, whether `validate_relative_path` takes it (a null: no);
+    `refused(path, error)` is told of each path it refuses, with the reason."""
     suspect = pc.fill_null(pc.match_substring_regex(paths, _SUSPECT), True)
     ok = ~suspect.to_numpy(zero_copy_only=False)
     for i in np.flatnonzero(~ok).tolist():
+        path = paths[i].as_py()
         try:
-            validate_relative_path(paths[i].as_py())
+            validate_relative_path(path)
             ok[i] = True
-        except InvalidPathError:
-            pass
+        except InvalidPathError as exc:
+            if refused is not None:
+                refused(path, exc)
     return ok
 
 

@@ -46,7 +46,7 @@ import pyarrow.csv as pcsv
 
 from connectors._objects import normalize_etag
 from connectors.errors import ConnectorError, InventoryError
-from connectors.events import InvalidPathError, valid_paths, validate_relative_path
+from connectors.events import InvalidPathError, valid_paths
 from connectors.protocols import LISTING_SCHEMA, Lister
 from connectors.scope import BucketScope
 
@@ -282,16 +282,13 @@ class InventoryLister(Lister):
 
     def _safe(self, paths: pa.ChunkedArray) -> np.ndarray:
         """False for the paths `validate_relative_path` refuses (counted in `malformed`)."""
-        safe = valid_paths(paths)
-        for i in np.flatnonzero(~safe).tolist():
-            path = paths[i].as_py()
-            try:
-                validate_relative_path(path)
-            except InvalidPathError as exc:
-                self.malformed += 1
-                log.warning("skipping %s: %s", self.scope.object_url(
-                    self.scope.bucket, self.scope.prefix + path), exc)
-        return safe
+
+        def refused(path: str | None, exc: InvalidPathError) -> None:
+            self.malformed += 1
+            log.warning("skipping %s: %s", self.scope.object_url(
+                self.scope.bucket, self.scope.prefix + (path or "")), exc)
+
+        return valid_paths(paths, refused)
 
 
 def _present(names: list[str]) -> list[str]:

@@ -12,11 +12,12 @@ volume), changed only by compare-and-swap (`Warehouse.mutate`), like stream offs
 A shard holds the keys whose directory-table bucket is in [lo, hi) for the versions
 (start_version, end_version]. Its records of one version are ordered by key, or, with "order":
 "bucket" (a volume's streams made since it existed, and their shards' children), by bucket and
-then key: the order the change data feed's rows come in (`shards.reader`). A stream keeps the
-order it was made with, so the sequence numbers it gave out stay what they were. A reshard closes every open shard at the latest version and opens
-children over equal bucket ranges; each child names the shard holding its first bucket as
-parent and, when it also covers part of a second one (a merge), that one as parent sibling, as
-Tablestore does. A child may not cover more than two parents (reshard in steps).
+then key: the order the change data feed's rows come in (`shards.order`). A stream keeps the
+order it was made with, so the sequence numbers it gave out stay what they were. A reshard
+closes every open shard at the latest version and opens children over equal bucket ranges;
+each child names the shard holding its first bucket as parent and, when it also covers part
+of a second one (a merge), that one as parent sibling, as Tablestore does. A child may not
+cover more than two parents (reshard in steps).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _new_stream(volume: str, volume_id: str, buckets: int, n: int, view_type: st
                 start_version: int, taken: set[str], when: datetime | None = None
                 ) -> dict[str, Any]:
     label = _label(taken, when)
-    # a volume's new stream orders a version's records by (bucket, path): `shards.reader`
+    # a volume's new stream orders a version's records by (bucket, path): `shards.order`
     order = {} if volume.startswith(TABLE_PREFIX) else {"order": BY_BUCKET}
     shards = [{"id": shard_id(volume_id, label, lo, hi, start_version, i), "lo": lo, "hi": hi,
                "parent": None, "sibling": None, "start_version": start_version,

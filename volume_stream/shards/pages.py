@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from itertools import repeat
+from itertools import groupby, repeat
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from volume_stream.shards.model import PageColumns, Record, Shard
+from volume_stream.shards.order import one_chunk
 from volume_stream.shards.reader import Window, pylist
 
 __all__ = ["RECORD_COLUMNS", "TABLE_BLOCK", "ArrowPage", "Images", "arrow_page", "image_class",
@@ -199,9 +200,13 @@ def _micros(when: datetime) -> int:
     return ((when if when.tzinfo else when.replace(tzinfo=UTC)) - _EPOCH) // _US
 
 
-def _array(rows: pa.Table, column: str) -> pa.Array:
-    col = rows.column(column)
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+def _run_starts(idx: np.ndarray) -> np.ndarray | None:
+    """Where each run of consecutive rows after the first starts in `idx` (all valid), when
+    the runs are long enough to slice (fewer than `_SLICED_RUNS` per `TABLE_BLOCK` records);
+    None when a take costs less."""
+    starts = np.flatnonzero(np.diff(idx) != 1) + 1
+    return starts if len(starts) < max(_SLICED_RUNS, len(idx) * _SLICED_RUNS // TABLE_BLOCK) \
+        else None
 
 
 def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray
@@ -213,16 +218,15 @@ def _struct(rows: pa.Table, columns: tuple[str, ...], idx: np.ndarray
     if len(idx) and not valid.any():
         return _null_struct(rows, columns, len(idx))
     fields = [rows.schema.field(c) for c in columns]
-    if len(idx) and valid.all():
-        starts = np.flatnonzero(np.diff(idx) != 1) + 1
-        if len(starts) < max(_SLICED_RUNS, len(idx) * _SLICED_RUNS // TABLE_BLOCK):
-            bounds = [0, *starts.tolist(), len(idx)]
-            chunks = [pa.StructArray.from_arrays(
-                [_array(rows, c).slice(int(idx[a]), e - a) for c in columns], fields=fields)
-                for a, e in zip(bounds[:-1], bounds[1:], strict=True)]
-            return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks)
+    starts = _run_starts(idx) if len(idx) and valid.all() else None
+    if starts is not None:
+        bounds = [0, *starts.tolist(), len(idx)]
+        chunks = [pa.StructArray.from_arrays(
+            [one_chunk(rows[c]).slice(int(idx[a]), e - a) for c in columns], fields=fields)
+            for a, e in zip(bounds[:-1], bounds[1:], strict=True)]
+        return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks)
     take = pa.array(np.maximum(idx, 0))
-    children = [_array(rows, c).take(take) for c in columns]
+    children = [one_chunk(rows[c]).take(take) for c in columns]
     mask = None if valid.all() else pa.array(~valid)
     return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
 
@@ -261,17 +265,15 @@ def prepare(window: Window, shard: Shard, view_type: str,
     window.running_sizes(keep_old, view_type in ("NEW_AND_OLD_IMAGES", "NEW_IMAGE"))
     kept = window.tables.setdefault((shard.shard_id, view_type, "sliced"), {})
     n, step = len(window), TABLE_BLOCK
-    sliced = [_sliced(window, a, min(n, a + step), keep_old) for a in range(0, n, step)]
     k = 0
-    while k < len(sliced):  # each stretch of such blocks made as one table, then cut
-        m = k
-        while sliced[k] and m + 1 < len(sliced) and sliced[m + 1]:
-            m += 1
-        if sliced[k]:
-            table = _slice_table(window, k * step, min(n, (m + 1) * step), shard, view_type,
+    for sliced, stretch in groupby(_sliced(window, a, min(n, a + step), keep_old)
+                                   for a in range(0, n, step)):
+        m = k + sum(1 for _ in stretch)  # blocks k to m - 1, made as one table, then cut
+        if sliced:
+            table = _slice_table(window, k * step, min(n, m * step), shard, view_type,
                                  commit_time)
-            kept.update((j, table.slice((j - k) * step, step)) for j in range(k, m + 1))
-        k = m + 1
+            kept.update((j, table.slice((j - k) * step, step)) for j in range(k, m))
+        k = m
 
 
 def _sliced(window: Window, a: int, e: int, keep_old: bool) -> bool:
@@ -279,7 +281,7 @@ def _sliced(window: Window, a: int, e: int, keep_old: bool) -> bool:
     image, they are few runs of consecutive rows, and old images are not kept or none."""
     new = window.new[a:e]
     return bool(len(new) and new.min() >= 0 and not (keep_old and window.old[a:e].max() >= 0)
-                and np.count_nonzero(np.diff(new) != 1) + 1 < _SLICED_RUNS)
+                and _run_starts(new) is not None)
 
 
 def _repeated(window: Window, key: Any, n: int, make: Callable[[int], pa.Array]) -> pa.Array:
