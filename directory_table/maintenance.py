@@ -34,6 +34,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from directory_table import protocol, rewrite
+from directory_table.commitfile import checkpoint as write_checkpoint
 from directory_table.compaction import sorted_compact
 from directory_table.errors import CommitConflict
 from directory_table.layout import (
@@ -136,7 +137,7 @@ def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
     result.tombstones = {"buckets_compacted": b, "files_removed": removed, "files_added": added}
     if checkpoint:
         dt = table.delta()
-        dt.create_checkpoint()
+        write_checkpoint(dt, dt.version(), table.storage_options)
         result.checkpoint_version = dt.version()
         # removes log entries older than the table's delta.logRetentionDuration only
         result.removed_logs = dt.cleanup_metadata()
@@ -222,7 +223,7 @@ def apply_retention(table: DirectoryTable, retention_days: float) -> dict:
     """See `DirectoryTable.apply_retention`."""
     dt = table.delta()
     protocol.check(dt, table.path, write=True)
-    dt.create_checkpoint()
+    write_checkpoint(dt, dt.version(), table.storage_options)
     removed_logs = dt.cleanup_metadata()
     vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
                          enforce_retention_duration=False, dry_run=False)
