@@ -50,7 +50,8 @@ from directory_table.layout import (
 #: a `DirectoryTable` (not imported: the table imports this module)
 DirectoryTable = Any
 
-__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "apply_retention", "migrate", "optimize"]
+__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "apply_retention", "enable_deletion_vectors",
+           "migrate", "optimize"]
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,23 @@ def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
         tomb.cleanup_metadata()
     table._dt = None
     return result
+
+
+def enable_deletion_vectors(table: DirectoryTable) -> int | None:
+    """See `DirectoryTable.enable_deletion_vectors`: one metadata commit setting
+    `delta.enableDeletionVectors`, which makes delta-rs upgrade the protocol to reader 3 /
+    writer 7 with the feature (no data change: streams read across it see nothing)."""
+    dt = table.delta()
+    if protocol.writes_deletion_vectors(dt):
+        return None
+    if not Layout.of(dt).bucketed or not rewrite.supported(dt, Layout.of(dt)):
+        raise protocol.UnsupportedFeature(table.path, ["deletionVectors (migrate the table "
+                                                       "into buckets first, on a local disk "
+                                                       "or S3)"], write=True)
+    dt.alter.set_table_properties({protocol.DV_KEY: "true"}, raise_if_not_exists=False,
+                                  commit_properties=CommitProperties(max_commit_retries=0))
+    table._dt = table._index = None
+    return table.delta().version()
 
 
 def migrate(table: DirectoryTable, *, buckets: int = DEFAULT_BUCKETS) -> int | None:

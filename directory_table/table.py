@@ -470,6 +470,12 @@ class DirectoryTable:
                         target_size=target_size, migrate_layout=migrate, buckets=buckets,
                         checkpoint=checkpoint)
 
+    def enable_deletion_vectors(self) -> int | None:
+        """Make the table merge-on-read (DESIGN §4.8); the upgrade's version, or None."""
+        from directory_table.maintenance import enable_deletion_vectors
+
+        return enable_deletion_vectors(self)
+
     def migrate(self, *, buckets: int = DEFAULT_BUCKETS) -> int | None:
         """Rewrite a table of the pre-bucket layout into `buckets` buckets (one commit, left
         out of `changes()`); returns its version, or None when already bucketed."""

@@ -186,6 +186,17 @@ class Catalog:
             shard_meta.ensure(self.warehouse, name, buckets, shards=shards)
         return spec
 
+    def upgrade_volume(self, name: str) -> int | None:
+        """Make volume `name`'s directory table merge-on-read (Delta deletion vectors, DESIGN
+        §4.8): one commit, after which its readers need Delta reader version 3 with deletion
+        vectors (delta-spark >= 2.3). Returns that version, or None when it was already.
+
+        Example:
+            >>> cat.upgrade_volume("landing")
+            12
+        """
+        return self.volumes.upgrade(name)
+
     def drop_volume(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
         """Remove a volume, its directory table and (with `cascade=True`) its streams."""
         return self.volumes.drop(name, if_exists=if_exists, cascade=cascade)

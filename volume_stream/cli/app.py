@@ -82,10 +82,16 @@ def volume_create(
     retention_days: Annotated[float, typer.Option(help="Keep versions this long.")] = 7,
     polling: Annotated[bool, typer.Option(help="Poll instead of inotify.")] = False,
     replace: Annotated[bool, typer.Option(help="Replace a volume of that name.")] = False,
+    deletion_vectors: Annotated[bool | None, typer.Option(
+        "--deletion-vectors/--no-deletion-vectors",
+        help="Merge-on-read directory table (default where the warehouse is local or S3).",
+        show_default=False)] = None,
     warehouse: Warehouse = None,
 ) -> None:
     """Register a folder as a volume (its directory table starts empty: run refresh)."""
     options: dict[str, Any] = {"data_retention_days": retention_days}
+    if deletion_vectors is not None:
+        options["deletion_vectors"] = deletion_vectors
     if include:
         options["include"] = include
     if exclude:
@@ -94,6 +100,16 @@ def volume_create(
         name, location, recursive=recursive, replace=replace,
         notification=LocalNotification(polling=True) if polling else None, **options)
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
+
+
+@volume_app.command("upgrade")
+def volume_upgrade(name: str, warehouse: Warehouse = None) -> None:
+    """Make a volume's directory table merge-on-read (Delta deletion vectors): its readers then
+    need Delta reader version 3 (delta-spark >= 2.3)."""
+    version = _catalog(warehouse).upgrade_volume(name)
+    out.print(f"volume [bold]{name}[/bold] " + (
+        "has deletion vectors already" if version is None
+        else f"upgraded to deletion vectors at version {version}"))
 
 
 @volume_app.command("list")

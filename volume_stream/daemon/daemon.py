@@ -130,6 +130,8 @@ class Daemon:
                     f"given to create it")
             options: dict[str, Any] = {"data_retention_days": cfg.data_retention_days,
                                        **cfg.options}
+            if cfg.deletion_vectors is not None:
+                options["deletion_vectors"] = cfg.deletion_vectors
             if cfg.include:
                 options["include"] = list(cfg.include)
             if cfg.exclude:

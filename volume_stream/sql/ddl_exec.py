@@ -304,6 +304,12 @@ def _execute(catalog, stmt: Any, statement: Statement) -> SqlResult:
         return _create_stream(catalog, stmt)
     if isinstance(stmt, ddl.AlterTable):
         return _alter_table(catalog, stmt)
+    if isinstance(stmt, ddl.AlterVolume) and stmt.action == "UPGRADE":
+        name = resolve(catalog.warehouse.read(), VOLUME, stmt.name)
+        version = catalog.upgrade_volume(name)
+        return _rows("ALTER VOLUME", [{"volume": name, "version": version}],
+                     f"{name}: deletion vectors " + ("on already" if version is None
+                                                     else f"on at version {version}"))
     if isinstance(stmt, ddl.AlterVolume):
         name = resolve(catalog.warehouse.read(), VOLUME, stmt.name)
         m = catalog.refresh(name)

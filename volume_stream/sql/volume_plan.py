@@ -272,6 +272,8 @@ def plan_volume(catalog, stmt: ddl.CreateVolume) -> VolumePlan:
     for key, prop in (stmt.options or {}).items():
         if key == "DATA_RETENTION_DAYS":
             options["data_retention_days"] = literal(prop, key, (int, float))
+        elif key == "DELETION_VECTORS":
+            options["deletion_vectors"] = literal(prop, key, bool)
         elif key == "COMMENT":
             metadata["comment"] = literal(prop, key, str)
         else:

@@ -32,7 +32,7 @@ __all__ = ["BACKENDS", "OWN_OPTIONS", "Backend", "backend_for", "check_options",
 
 #: volume options volume-stream itself reads; everything else goes to the connector
 OWN_OPTIONS = frozenset({"include", "exclude", "data_retention_days", "spark_diff_threshold",
-                         "list_workers"})
+                         "list_workers", "deletion_vectors"})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, ClassVar
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -127,6 +128,7 @@ class VolumeRegistry:
         days = options.get("data_retention_days", 7)
         if not isinstance(days, int | float) or days < 0:
             raise InvalidInputError(f"data_retention_days must be a number >= 0, not {days!r}")
+        merge_on_read = self._deletion_vectors(options.get("deletion_vectors"))
         spec = VolumeSpec(name=name, id=self.warehouse.new_id(), location=location,
                           recursive=bool(recursive),
                           notification=notification.to_dict() if notification else None,
@@ -134,7 +136,8 @@ class VolumeRegistry:
         self._check_options(spec)  # fail now, not at the first refresh
         table_root = self.warehouse.volume_root(spec.name, spec.id)
         DirectoryTable.create(table_root, location, retention_days=spec.retention_days,
-                              storage_options=self.warehouse.storage_options)
+                              storage_options=self.warehouse.storage_options,
+                              deletion_vectors=merge_on_read)
 
         def register(state: CatalogState) -> VolumeSpec | None:
             old = state.get((VOLUME, name))
@@ -154,6 +157,26 @@ class VolumeRegistry:
         self._runtime_options[name] = dict(options)
         self._runtime_notifications[name] = notification
         return spec
+
+    def _deletion_vectors(self, wanted: Any) -> bool:
+        """Whether a new volume's directory table is merge-on-read (DESIGN §4.8): by default
+        where our commit writer serves the warehouse's store (a local disk or S3)."""
+        if wanted is not None and not isinstance(wanted, bool):
+            raise InvalidInputError(f"deletion_vectors must be true or false, not {wanted!r}")
+        serves = urlparse(self.warehouse.uri).scheme.lower() in ("", "file", "s3", "s3a")
+        if wanted and not serves:
+            raise InvalidInputError(
+                f"deletion_vectors: volume-stream writes deletion vectors to warehouses on a "
+                f"local disk or S3 only, not {self.warehouse.uri}")
+        return serves if wanted is None else wanted
+
+    def upgrade(self, name: str) -> int | None:
+        """Turn deletion vectors on for volume `name`'s directory table (merge-on-read from
+        the next batch on); the version of the upgrade, or None when it had them already."""
+        spec = self.spec(name)
+        self._deletion_vectors(True)
+        with converted(f"volume {name!r}"):
+            return self.table(spec).enable_deletion_vectors()
 
     @staticmethod
     def _check_options(spec: VolumeSpec) -> None:
