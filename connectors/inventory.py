@@ -412,8 +412,8 @@ def _sizes(column: pa.ChunkedArray) -> pa.Array:
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         ok = pc.fill_null(pc.match_substring_regex(column, _DIGITS), False)
     elif pa.types.is_integer(kind):
-        ok = pc.fill_null(pc.and_(pc.greater_equal(column, 0),
-                                  pc.less_equal(column, np.iinfo(np.int64).max)), False)
+        ok = pc.fill_null(pc.greater_equal(column, pa.scalar(0, kind)) if kind != pa.uint64()
+                          else pc.less_equal(column, pa.scalar(2**63 - 1, kind)), False)
     else:
         raise _Unreadable(f"column size is of type {kind}, not an integer", None)
     if not pc.all(ok).as_py():
