@@ -42,10 +42,11 @@ def data_key(store: Store) -> str:
 
 
 # ---------------------------------------------------------------- item 2: dated in the future
-def test_a_manifest_dated_in_the_future_is_refused():
+@pytest.mark.parametrize("oss", [False, True])  # creationTimestamp in ms (S3), s (OSS)
+def test_a_manifest_dated_in_the_future_is_refused(oss):
     store = Store()
     key = write_report(store.put, source="src", created=datetime(2200, 1, 1, tzinfo=UTC),
-                       objects=[])
+                       objects=[], oss=oss)
     checksum = store[key.replace(".json", ".checksum")]
     with pytest.raises(InventoryError, match=rf"^mem://{re.escape(key)}: creationTimestamp "
                        r"2200-01-01 00:00:00 UTC is in the future .*refusing the inventory"):
