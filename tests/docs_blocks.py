@@ -229,15 +229,17 @@ exit_process(0)
 
 
 def run_python(blocks: list[tuple[str, str]], cwd: Path, env: dict[str, str] | None = None,
-               ) -> dict[str, str]:
+               stderr: list[str] | None = None) -> dict[str, str]:
     """Run the blocks in one Python process in `cwd`, each in a namespace of its own; return
-    each block's output."""
+    each block's output (and append the process's stderr to `stderr`, if given)."""
     (cwd / "blocks.json").write_text(json.dumps(blocks))
     (cwd / "harness.py").write_text(HARNESS)
     proc = subprocess.run([sys.executable, "harness.py", "blocks.json"], cwd=cwd,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     parts = proc.stdout.split(MARK)[1:]
     return {p.split("\n", 1)[0]: p.split("\n", 1)[1] for p in parts}
 

@@ -119,8 +119,10 @@ def test_local_blocks_run_as_printed(tmp_path):
 
 
 def test_s3_block_runs_as_printed(tmp_path):
-    outputs = run_python([("s3", block("s3"))], tmp_path)
+    stderr: list[str] = []
+    outputs = run_python([("s3", block("s3"))], tmp_path, stderr=stderr)
     check_prints("s3", outputs["s3"])
+    assert "HTTP/1.1" not in stderr[0], stderr[0][-2000:]  # moto's server logs no request
 
 
 def test_oss_blocks_run_as_printed(tmp_path, mns_server, oss_server):  # noqa: F811

@@ -157,8 +157,10 @@ def volume_refresh(
     version = "no new version" if m.version is None else f"version {m.version}"
     source = "" if m.inventory_created is None else \
         f" from the inventory of {m.inventory_created:%Y-%m-%d %H:%M:%S} UTC"
+    skipped = f", {m.invalid_paths} skipped (unsafe or undecodable names)" \
+        if m.invalid_paths else ""
     out.print(f"refreshed {name}{source}: listed {m.listed}, +{m.inserted} ~{m.updated} "
-              f"-{m.deleted} ({version}, {m.seconds:.2f}s)")
+              f"-{m.deleted}{skipped} ({version}, {m.seconds:.2f}s)")
 
 
 @volume_app.command("optimize")

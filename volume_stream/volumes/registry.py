@@ -294,7 +294,10 @@ class VolumeRegistry:
         stored_rows = int(pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"])
                           .as_py() or 0)
         lister = report or backend_for(spec).lister(self.with_options(spec))
-        listed_at = report.manifest.created if report else started
+        # a report's moment, never after this refresh began: nothing it writes may outrank an
+        # event that follows the refresh (DESIGN §4.4; `parse_manifest` refused one dated
+        # more than CLOCK_SKEW ahead)
+        listed_at = min(report.manifest.created, started) if report else started
         globs = spec.options.get("include") or spec.options.get("exclude")
         accept = spec.accepts() if globs else None
         columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
@@ -350,13 +353,14 @@ class VolumeRegistry:
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
         seconds = (datetime.now(UTC) - started).total_seconds()
-        log.info("refresh %s%s: listed %d, +%d ~%d -%d in %.2fs", spec.name,
-                 f" from the inventory of {listed_at.isoformat()}" if report else "", listed,
-                 *counts, seconds)
+        log.info("refresh %s%s: listed %d, +%d ~%d -%d%s in %.2fs", spec.name,
+                 f" from the inventory of {report.manifest.created.isoformat()}" if report
+                 else "", listed, *counts, f", {invalid} skipped (unsafe or undecodable names)"
+                 if invalid else "", seconds)
         return RefreshMetrics(listed=listed, inserted=counts[0], updated=counts[1],
                               deleted=counts[2], version=version,
                               invalid_paths=invalid, seconds=seconds,
-                              inventory_created=listed_at if report else None)
+                              inventory_created=report.manifest.created if report else None)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         spec = self.with_options(self.spec(volume))
