@@ -9,6 +9,7 @@ summary goes to `.bench/results.json`.
     stream_read  1k changes read from a 10k- and a 1M-row directory table
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
     scale        10-event and 10k-event batches, change reads and optimize at 10M rows
+    mor          snapshot reads after 1,000 merge-on-read batches, and after compaction
     sustain      the daemon under 20k and 2k events/s into 10M rows (group commit)
     filesize     10-event, local and spread batches at 2k/8k/32k rows per file, per table size
     pipeline     image-metadata recipe over 2k JPEGs vs a Python loop and binaryFile
@@ -41,6 +42,7 @@ from benchmarks import (
     filesize,
     interop,
     inventory,
+    mor,
     scale,
     shards,
     status,
@@ -51,7 +53,7 @@ from benchmarks import (
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery,
+BENCHMARKS = {m.NAME: m for m in (apply, scale, mor, sustain, stream_read, shards, discovery,
                                   bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
                                   warehouse, inventory, filesize, status, interop)}
 

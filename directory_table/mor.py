@@ -109,6 +109,21 @@ def load(dt: DeltaTable, entries: list[FileEntry], paths: list[str], store: Stor
     return Loaded.of(found, files, paths)
 
 
+def from_index(found: pa.Table, entries: list[FileEntry], base_url: str,
+               paths: list[str]) -> Loaded:
+    """A `load` from the key index's rows of the batch's paths (`keyed.KeyCache.lookup`: the
+    stored columns but `url`, `_bucket`, `pos` and `__file_of`): no data file read."""
+    found = found.sort_by([("__file_of", "ascending"), ("pos", "ascending")])
+    keys = found["relative_path"]
+    columns = {f.name: (pc.binary_join_element_wise(pa.scalar(base_url, pa.string()), keys, "")
+                        if f.name == "url" else found[f.name]) for f in TABLE_SCHEMA}
+    rows = pa.table(columns, schema=TABLE_SCHEMA).append_column(
+        pa.field(BUCKET_COLUMN, pa.int32()), found["_bucket"]).append_column(
+        pa.field(_FILE, pa.int32()), found["__file_of"]).append_column(
+        pa.field(POS, pa.int64()), found["pos"])
+    return Loaded.of(rows, [(e.path, e.size, e.bucket) for e in entries], paths)
+
+
 def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, entries: list[FileEntry], *,
            version: int, new_rows: pa.Table, updated: list[str], deleted: list[str],
            now: datetime, custom_metadata: dict[str, Any], storage_options: dict[str, str],

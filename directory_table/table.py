@@ -36,6 +36,7 @@ from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
 from directory_table.filestore import Store
 from directory_table.images import images, rows_for_delete, write_tombstones
+from directory_table.keyed import KeyCache, default_root
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
@@ -124,6 +125,8 @@ class DirectoryTable:
     #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
     #: None: always a delta-rs merge
     rewrite_min_events: int | None = 1
+    #: the folder of merge-on-read tables' key indexes (None: `keyed.default_root()`)
+    key_index_root: str | None = None
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -263,10 +266,10 @@ class DirectoryTable:
                                                               "table, or this store)"],
                                                   write=True)
             if merge_on_read:
-                keyed = batch.by_bucket(layout.buckets)
-                entries = [index.entry(c[2]) for c in index.candidates(layout, paths, keyed)]
-                loaded = mor.load(dt, entries, paths, Store(dt.table_uri, self.storage_options))
-                loaded.entries = entries
+                keys = KeyCache.of(dt.table_uri, self.storage_options,
+                                   self.key_index_root or default_root())
+                loaded = keys.load(dt, layout, index, batch.by_bucket(layout.buckets), paths,
+                                   self.base_url, self.changes)
             elif (index is not None and self.rewrite_min_events is not None
                     and len(paths) >= self.rewrite_min_events
                     and rewrite.supported(dt, layout)):
