@@ -1,0 +1,371 @@
+"""The files of a key index (`directory_table.keyindex`, DESIGN §4.8): sorted base runs, delta
+files, the manifest, and the streamed build that turns a table's live rows into runs.
+
+A folder holds, per partition p (the table's bucket, or a finer hash split of it):
+
+    p00003-<token>.parquet      the base run: rows sorted by relative_path, row groups of
+                                `ROW_GROUP_ROWS` rows; `file` is an int32 id into ...
+    p00003-<token>.files.arrow  ... the data file names the run refers to (ids are row numbers)
+    p00003-<token>.keys.arrow   the first relative_path of each row group (the sparse index)
+    delta-<seq>-<token>.arrow   the entries one `apply` changed (a deleted flag for removals)
+    manifest.json               what is current: version, table id, runs, live delta files
+
+Every file but the manifest is written once under a fresh name and fsynced before the manifest
+that names it replaces the old one (temp file + rename): a crash leaves the old manifest and
+the files it names, plus orphans `remove_orphans` deletes later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from directory_table.layout import buckets_of
+from directory_table.schema import TABLE_SCHEMA
+
+__all__ = [
+    "DELTA_SCHEMA",
+    "ENTRY_SCHEMA",
+    "FORMAT",
+    "VALUE_COLUMNS",
+    "Manifest",
+    "RunFiles",
+    "conform",
+    "live_batches",
+    "partitions_of",
+    "read_delta",
+    "read_manifest",
+    "remove_orphans",
+    "spill_build",
+    "write_delta",
+    "write_manifest",
+    "write_run",
+]
+
+FORMAT = 1
+KEY = "relative_path"
+#: the stored columns: every column of the table but `url` (base_url + path)
+VALUE_COLUMNS = tuple(f.name for f in TABLE_SCHEMA if f.name not in (KEY, "url"))
+_VALUES = [TABLE_SCHEMA.field(c) for c in VALUE_COLUMNS]
+#: an entry as `apply` takes it and `lookup` returns it (without `_bucket`)
+ENTRY_SCHEMA = pa.schema([pa.field(KEY, pa.string(), nullable=False),
+                          pa.field("file", pa.string()), pa.field("pos", pa.int64()), *_VALUES])
+RUN_SCHEMA = pa.schema([ENTRY_SCHEMA.field(KEY), pa.field("file", pa.int32()),
+                        pa.field("pos", pa.int64()), *_VALUES])
+DELTA_SCHEMA = ENTRY_SCHEMA.append(pa.field("_part", pa.int32())).append(
+    pa.field("deleted", pa.bool_()))
+MANIFEST = "manifest.json"
+#: rows per row group of a base run: a lookup decodes one row group per path it looks for
+ROW_GROUP_ROWS = 512
+COMPRESSION = "lz4"
+#: rows of a partition at which a build splits the table's buckets into finer partitions
+PART_ROWS = 2_000_000
+
+
+def token() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def partitions_of(paths: list[str], parts: int) -> list[int]:
+    """The partition of each path: crc32 % parts (so partition % buckets is the bucket)."""
+    return buckets_of(paths, parts)
+
+
+def conform(rows: pa.Table | pa.RecordBatch) -> pa.Table:
+    """`rows` as `ENTRY_SCHEMA` (columns in order, plain types; a missing value column is
+    null)."""
+    n = rows.num_rows
+    cols = [rows.column(f.name).cast(f.type) if f.name in rows.schema.names
+            else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
+    return pa.Table.from_arrays(cols, schema=ENTRY_SCHEMA)
+
+
+# ---------------------------------------------------------------- manifest
+@dataclass
+class Manifest:
+    table_id: str
+    buckets: int
+    splits: int
+    version: int
+    seq: int
+    #: per partition: {"name": stem or None (empty), "rows": n, "merged_seq": s}
+    runs: list[dict]
+    #: live delta files, oldest first: [seq, file name]
+    deltas: list[list]
+
+    @property
+    def parts(self) -> int:
+        return self.buckets * self.splits
+
+    def as_json(self) -> str:
+        return json.dumps({"format": FORMAT, "table_id": self.table_id, "buckets": self.buckets,
+                           "splits": self.splits, "version": self.version, "seq": self.seq,
+                           "runs": self.runs, "deltas": self.deltas})
+
+
+def read_manifest(folder: Path) -> Manifest:
+    data = json.loads((folder / MANIFEST).read_text())
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{folder}: key index format {data.get('format')}, not {FORMAT}")
+    m = Manifest(data["table_id"], int(data["buckets"]), int(data["splits"]),
+                 int(data["version"]), int(data["seq"]), list(data["runs"]),
+                 list(data["deltas"]))
+    if len(m.runs) != m.parts:
+        raise ValueError(f"{folder}: {len(m.runs)} runs for {m.parts} partitions")
+    return m
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    """Replace the manifest atomically (and durably: data fsynced, then the folder)."""
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(manifest.as_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / MANIFEST)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_orphans(folder: Path, manifest: Manifest) -> None:
+    """Delete the files of this folder the manifest does not name (left by a crash, or
+    replaced by a merge or a build)."""
+    keep = {MANIFEST} | {name for _, name in manifest.deltas}
+    for run in manifest.runs:
+        if run["name"]:
+            keep |= {f"{run['name']}{ext}" for ext in (".parquet", ".files.arrow", ".keys.arrow")}
+    for entry in os.scandir(folder):
+        if entry.name not in keep and entry.is_file() and (
+                entry.name.startswith(("p", "delta-", ".manifest-"))):
+            os.unlink(entry.path)
+
+
+# ---------------------------------------------------------------- runs
+@dataclass
+class RunFiles:
+    """An open base run: its Parquet file, sparse index and file names."""
+
+    parquet: pq.ParquetFile
+    keys: list[str]
+    names: pa.Array
+
+    @classmethod
+    def open(cls, folder: Path, stem: str) -> RunFiles:
+        keys = pa.ipc.open_file(folder / f"{stem}.keys.arrow").read_all().column(0)
+        names = pa.ipc.open_file(folder / f"{stem}.files.arrow").read_all().column(0)
+        pf = pq.ParquetFile(folder / f"{stem}.parquet")
+        if pf.metadata.num_row_groups != len(keys):
+            raise ValueError(f"{stem}: {pf.metadata.num_row_groups} row groups, "
+                             f"{len(keys)} keys")
+        return cls(pf, keys.to_pylist(), names.combine_chunks())
+
+    def read(self) -> pa.Table:
+        """All entries of the run (file names, not ids)."""
+        return self._named(self.parquet.read().cast(RUN_SCHEMA))
+
+    def find(self, sorted_paths: list[str]) -> pa.Table:
+        """The entries of those of `sorted_paths` the run holds: only the row groups whose
+        key range can hold one are read (one `read_row_groups` call)."""
+        keys, groups, last = self.keys, [], -1
+        lo = 0
+        for p in sorted_paths:
+            # the row group holding p, if any: the last whose first key is <= p
+            lo = _bisect_right(keys, p, lo) - 1
+            if lo >= 0 and lo != last:
+                groups.append(lo)
+                last = lo
+            lo = max(lo, 0)
+        if not groups:
+            return ENTRY_SCHEMA.empty_table()
+        rows = self.parquet.read_row_groups(groups, use_threads=False).cast(RUN_SCHEMA)
+        hits = rows.filter(pc.is_in(rows[KEY], value_set=pa.array(sorted_paths, pa.string())))
+        return self._named(hits)
+
+    def _named(self, rows: pa.Table) -> pa.Table:
+        files = pc.take(self.names, rows["file"])
+        return rows.set_column(1, ENTRY_SCHEMA.field("file"), files)
+
+
+def _bisect_right(keys: list[str], p: str, lo: int) -> int:
+    hi = len(keys)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if p < keys[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def write_run(folder: Path, part: int, rows: pa.Table) -> dict:
+    """Write `rows` (ENTRY_SCHEMA, file names; any order, unique paths) as partition `part`'s
+    base run; returns its manifest entry (merged_seq filled by the caller)."""
+    if rows.num_rows == 0:
+        return {"name": None, "rows": 0, "merged_seq": 0}
+    rows = rows.sort_by(KEY)
+    keys = rows[KEY].combine_chunks()
+    dup = pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+    if pc.any(dup).as_py():
+        at = pc.index(dup, True).as_py()
+        raise ValueError(f"two live rows for {keys[at].as_py()!r}")
+    encoded = pc.dictionary_encode(rows["file"]).combine_chunks()
+    run = pa.Table.from_arrays([keys, encoded.indices.cast(pa.int32()), *rows.columns[2:]],
+                               schema=RUN_SCHEMA)
+    stem = f"p{part:05d}-{token()}"
+    paths = [folder / f"{stem}{ext}" for ext in (".parquet", ".files.arrow", ".keys.arrow")]
+    pq.write_table(run, paths[0], row_group_size=ROW_GROUP_ROWS, compression=COMPRESSION,
+                   write_statistics=False, use_dictionary=["file", "size"],
+                   store_schema=False)
+    firsts = keys.take(pa.array(np.arange(0, run.num_rows, ROW_GROUP_ROWS)))
+    _write_ipc(paths[1], pa.table({"name": encoded.dictionary}))
+    _write_ipc(paths[2], pa.table({"first": firsts}))
+    for p in paths:
+        _fsync(p)
+    return {"name": stem, "rows": run.num_rows, "merged_seq": 0}
+
+
+def _write_ipc(path: Path, table: pa.Table) -> None:
+    with pa.ipc.new_file(path, table.schema) as w:
+        w.write_table(table)
+
+
+# ---------------------------------------------------------------- deltas
+def write_delta(folder: Path, seq: int, entries: pa.Table) -> str:
+    """Write one apply's entries (DELTA_SCHEMA); returns the file name."""
+    name = f"delta-{seq:09d}-{token()}.arrow"
+    path = folder / name
+    _write_ipc(path, entries)
+    _fsync(path)
+    return name
+
+
+def read_delta(folder: Path, name: str) -> pa.Table:
+    table = pa.ipc.open_file(folder / name).read_all()
+    if table.schema != DELTA_SCHEMA:
+        raise ValueError(f"{name}: schema {table.schema}")
+    return table
+
+
+# ---------------------------------------------------------------- build
+def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buckets: int,
+                splits: int, memory: int) -> list[dict]:
+    """Base runs of every partition from the live rows in `batches` (ENTRY columns plus
+    `_bucket`), with bounded memory: rows are kept per partition in memory and spilled to
+    per-partition Arrow files whenever more than `memory` bytes are held; each partition is
+    then sorted and written on its own."""
+    parts = buckets * splits
+    held: list[list[pa.Table]] = [[] for _ in range(parts)]
+    spill_dir = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
+    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+    size = 0
+    try:
+        for batch in batches:
+            for part, rows in _split(batch, buckets, splits):
+                held[part].append(rows)
+                size += rows.nbytes
+            if size > memory:
+                for part, tables in enumerate(held):
+                    if tables:
+                        if part not in writers:
+                            writers[part] = pa.ipc.new_file(spill_dir / f"{part}.arrow",
+                                                            ENTRY_SCHEMA)
+                        for t in tables:
+                            writers[part].write_table(t)
+                        held[part] = []
+                size = 0
+        for w in writers.values():
+            w.close()
+        runs = []
+        for part in range(parts):
+            tables = held[part]
+            held[part] = []
+            if part in writers:
+                tables.insert(0, pa.ipc.open_file(spill_dir / f"{part}.arrow").read_all())
+            rows = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
+            runs.append(write_run(folder, part, rows))
+        return runs
+    finally:
+        for w in writers.values():
+            w.close()
+        for f in spill_dir.iterdir():
+            f.unlink()
+        spill_dir.rmdir()
+
+
+def _split(batch: pa.RecordBatch | pa.Table, buckets: int, splits: int,
+           ) -> Iterator[tuple[int, pa.Table]]:
+    """(partition, rows) of a batch of live rows, one item per partition it holds."""
+    rows = conform(batch)
+    if rows.num_rows == 0:
+        return
+    if splits == 1:
+        part = batch.column("_bucket").cast(pa.int32())
+        part = part.combine_chunks() if isinstance(part, pa.ChunkedArray) else part
+    else:
+        part = pa.array(partitions_of(rows[KEY].to_pylist(), buckets * splits), pa.int32())
+    bounds = pc.min_max(part)
+    if bounds["min"] == bounds["max"]:
+        yield bounds["min"].as_py(), rows
+        return
+    order = pc.sort_indices(part)
+    rows = rows.take(order)
+    sorted_part = part.take(order).to_numpy()
+    edges = np.flatnonzero(np.diff(sorted_part)) + 1
+    starts = np.concatenate([[0], edges])
+    ends = np.concatenate([edges, [len(sorted_part)]])
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        yield int(sorted_part[s]), rows.slice(s, e - s)
+
+
+def live_batches(files: Iterable[tuple[str, int, object]],
+                 read: Callable[[str], pa.Table]) -> Iterator[pa.Table]:
+    """The live rows of a table, as `KeyIndex.build` takes them, from its data files: each
+    item of `files` is (data file path as the table names it, its bucket, the rows its
+    deletion vector marks deleted or None) — deleted rows given as a boolean mask (True =
+    deleted) or as an array of row positions. `read(path)` returns the file's rows in file
+    order (no deletion vector applied), with relative_path and the value columns."""
+    for path, bucket, deleted in files:
+        rows = read(path)
+        n = rows.num_rows
+        pos = pa.array(np.arange(n, dtype=np.int64))
+        rows = rows.append_column("file", pa.array([path] * n, pa.string())) \
+            .append_column("pos", pos) \
+            .append_column("_bucket", pa.array(np.full(n, bucket, dtype=np.int32)))
+        if deleted is not None:
+            mask = np.asarray(deleted)
+            if mask.dtype != np.bool_:
+                dead, mask = mask, np.zeros(n, dtype=np.bool_)
+                mask[dead.astype(np.int64)] = True
+            if len(mask) != n:
+                raise ValueError(f"{path}: deletion mask of {len(mask)} rows, file has {n}")
+            rows = rows.filter(pa.array(~mask))
+        yield rows
