@@ -36,6 +36,7 @@ from directory_table.keyindex_store import (
     DELTA_SCHEMA,
     ENTRY_SCHEMA,
     PART_ROWS,
+    ROW_GROUP_ROWS,
     VALUE_COLUMNS,
     Manifest,
     RunFiles,
@@ -69,10 +70,17 @@ _DELETED = -1
 class KeyIndex:
     """An open key index; see the module docstring."""
 
-    def __init__(self, folder: Path, manifest: Manifest, max_delta: int = MAX_DELTA) -> None:
+    def __init__(self, folder: Path, manifest: Manifest, max_delta: int = MAX_DELTA,
+                 row_group_rows: int = ROW_GROUP_ROWS, durable: bool = True) -> None:
         self.folder = folder
         self._m = manifest
+        #: delta entries beyond which `apply` merges partitions into their base runs
         self.max_delta = max_delta
+        #: rows per row group of the base runs this index writes
+        self.row_group_rows = row_group_rows
+        #: fsync each file before the manifest naming it (off: a power loss, not a process
+        #: crash, may leave a manifest naming torn files, which `open` then refuses)
+        self.durable = durable
         self._runs: list[RunFiles | None] = [
             RunFiles.open(folder, r["name"]) if r["name"] else None for r in manifest.runs]
         #: per partition: path -> seq << 32 | row in that apply's entries, or _DELETED
@@ -84,8 +92,9 @@ class KeyIndex:
 
     # ------------------------------------------------------------ open / build
     @classmethod
-    def open(cls, folder: str | Path, table_id: str, buckets: int,
-             max_delta: int = MAX_DELTA) -> KeyIndex | None:
+    def open(cls, folder: str | Path, table_id: str, buckets: int, *,
+             max_delta: int = MAX_DELTA, row_group_rows: int = ROW_GROUP_ROWS,
+             durable: bool = True) -> KeyIndex | None:
         """The index kept in `folder`, or None when there is none, it is damaged, or it is of
         another table or bucket count (the caller then builds one). The caller compares
         `version` with the table's."""
@@ -96,7 +105,7 @@ class KeyIndex:
                 log.info("key index %s is of table %s (%d buckets): not used", folder,
                          manifest.table_id, manifest.buckets)
                 return None
-            return cls(folder, manifest, max_delta)
+            return cls(folder, manifest, max_delta, row_group_rows, durable)
         except FileNotFoundError:
             return None
         except Exception as exc:  # any damage means: build it again
@@ -106,7 +115,8 @@ class KeyIndex:
     @classmethod
     def build(cls, folder: str | Path, table_id: str, buckets: int, version: int,
               batches: Iterable[pa.RecordBatch | pa.Table], *, rows_hint: int | None = None,
-              max_delta: int = MAX_DELTA, memory: int = BUILD_MEMORY) -> KeyIndex:
+              max_delta: int = MAX_DELTA, row_group_rows: int = ROW_GROUP_ROWS,
+              memory: int = BUILD_MEMORY, durable: bool = True) -> KeyIndex:
         """A new index of `version` from the table's live rows: `batches` hold relative_path,
         _bucket, file, pos and the value columns (`live_batches` makes them from data files).
         `rows_hint` (the table's row count) splits buckets of more than `PART_ROWS` rows into
@@ -114,11 +124,11 @@ class KeyIndex:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         splits = max(1, math.ceil((rows_hint or 0) / max(1, buckets) / PART_ROWS))
-        runs = spill_build(folder, batches, buckets, splits, memory)
+        runs = spill_build(folder, batches, buckets, splits, memory, row_group_rows, durable)
         manifest = Manifest(table_id, buckets, splits, version, 0, runs, [])
-        write_manifest(folder, manifest)
+        write_manifest(folder, manifest, durable)
         remove_orphans(folder, manifest)
-        return cls(folder, manifest, max_delta)
+        return cls(folder, manifest, max_delta, row_group_rows, durable)
 
     # ------------------------------------------------------------ reads
     @property
@@ -192,7 +202,7 @@ class KeyIndex:
                 diffs = [f"{c} {row[c + '.index']!r} != {row[c + '.table']!r}" for c in cols
                          if row[c + ".index"] != row[c + ".table"]]
                 problems.append(f"{path}: index and table differ: {', '.join(diffs)}")
-        return problems
+        return sorted(problems)
 
     # ------------------------------------------------------------ writes
     def apply(self, version: int, removed_paths: Iterable[str], added: pa.Table) -> None:
@@ -211,10 +221,10 @@ class KeyIndex:
         entries = pa.concat_tables([_entries(added, parts, False),
                                     _entries(removed, parts, True)])
         seq = self._m.seq + 1
-        name = write_delta(self.folder, seq, entries)
+        name = write_delta(self.folder, seq, entries, self.durable)
         manifest = Manifest(self._m.table_id, self._m.buckets, self._m.splits, version, seq,
                             self._m.runs, [*self._m.deltas, [seq, name]])
-        write_manifest(self.folder, manifest)
+        write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
         self._replay(seq, entries)
         while self.delta_size > self.max_delta:
@@ -223,7 +233,7 @@ class KeyIndex:
     def merge(self, part: int) -> None:
         """Fold partition `part`'s delta into a new base run."""
         rows = self._partition(part, self._runs[part])
-        run = write_run(self.folder, part, rows)
+        run = write_run(self.folder, part, rows, self.row_group_rows, self.durable)
         run["merged_seq"] = self._m.seq
         runs = list(self._m.runs)
         runs[part] = run
@@ -231,7 +241,7 @@ class KeyIndex:
         deltas = [d for d in self._m.deltas if d[0] > floor]
         manifest = Manifest(self._m.table_id, self._m.buckets, self._m.splits, self._m.version,
                             self._m.seq, runs, deltas)
-        write_manifest(self.folder, manifest)
+        write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
         self._runs[part] = RunFiles.open(self.folder, run["name"]) if run["name"] else None
         self._delta[part] = {}

@@ -125,27 +125,21 @@ def read_manifest(folder: Path) -> Manifest:
     return m
 
 
-def write_manifest(folder: Path, manifest: Manifest) -> None:
-    """Replace the manifest atomically (and durably: data fsynced, then the folder)."""
+def write_manifest(folder: Path, manifest: Manifest, durable: bool = True) -> None:
+    """Replace the manifest atomically (its data fsynced first when `durable`). The folder is
+    not fsynced: after a power loss the rename may be lost, which leaves the previous
+    manifest, an older but consistent version."""
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(manifest.as_json())
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, folder / MANIFEST)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync(path: Path) -> None:
@@ -226,7 +220,8 @@ def _bisect_right(keys: list[str], p: str, lo: int) -> int:
     return lo
 
 
-def write_run(folder: Path, part: int, rows: pa.Table) -> dict:
+def write_run(folder: Path, part: int, rows: pa.Table, row_group_rows: int = ROW_GROUP_ROWS,
+              durable: bool = True) -> dict:
     """Write `rows` (ENTRY_SCHEMA, file names; any order, unique paths) as partition `part`'s
     base run; returns its manifest entry (merged_seq filled by the caller)."""
     if rows.num_rows == 0:
@@ -242,13 +237,13 @@ def write_run(folder: Path, part: int, rows: pa.Table) -> dict:
                                schema=RUN_SCHEMA)
     stem = f"p{part:05d}-{token()}"
     paths = [folder / f"{stem}{ext}" for ext in (".parquet", ".files.arrow", ".keys.arrow")]
-    pq.write_table(run, paths[0], row_group_size=ROW_GROUP_ROWS, compression=COMPRESSION,
+    pq.write_table(run, paths[0], row_group_size=row_group_rows, compression=COMPRESSION,
                    write_statistics=False, use_dictionary=["file", "size"],
                    store_schema=False)
-    firsts = keys.take(pa.array(np.arange(0, run.num_rows, ROW_GROUP_ROWS)))
+    firsts = keys.take(pa.array(np.arange(0, run.num_rows, row_group_rows)))
     _write_ipc(paths[1], pa.table({"name": encoded.dictionary}))
     _write_ipc(paths[2], pa.table({"first": firsts}))
-    for p in paths:
+    for p in paths if durable else ():
         _fsync(p)
     return {"name": stem, "rows": run.num_rows, "merged_seq": 0}
 
@@ -259,12 +254,13 @@ def _write_ipc(path: Path, table: pa.Table) -> None:
 
 
 # ---------------------------------------------------------------- deltas
-def write_delta(folder: Path, seq: int, entries: pa.Table) -> str:
+def write_delta(folder: Path, seq: int, entries: pa.Table, durable: bool = True) -> str:
     """Write one apply's entries (DELTA_SCHEMA); returns the file name."""
     name = f"delta-{seq:09d}-{token()}.arrow"
     path = folder / name
     _write_ipc(path, entries)
-    _fsync(path)
+    if durable:
+        _fsync(path)
     return name
 
 
@@ -277,7 +273,8 @@ def read_delta(folder: Path, name: str) -> pa.Table:
 
 # ---------------------------------------------------------------- build
 def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buckets: int,
-                splits: int, memory: int) -> list[dict]:
+                splits: int, memory: int, row_group_rows: int = ROW_GROUP_ROWS,
+                durable: bool = True) -> list[dict]:
     """Base runs of every partition from the live rows in `batches` (ENTRY columns plus
     `_bucket`), with bounded memory: rows are kept per partition in memory and spilled to
     per-partition Arrow files whenever more than `memory` bytes are held; each partition is
@@ -311,7 +308,7 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
             if part in writers:
                 tables.insert(0, pa.ipc.open_file(spill_dir / f"{part}.arrow").read_all())
             rows = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
-            runs.append(write_run(folder, part, rows))
+            runs.append(write_run(folder, part, rows, row_group_rows, durable))
         return runs
     finally:
         for w in writers.values():
