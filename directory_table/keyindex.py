@@ -36,7 +36,7 @@ from directory_table.keyindex_store import (
     DELTA_SCHEMA,
     ENTRY_SCHEMA,
     PART_ROWS,
-    ROW_GROUP_ROWS,
+    SPARSE_STRIDE,
     VALUE_COLUMNS,
     Manifest,
     RunFiles,
@@ -71,18 +71,19 @@ class KeyIndex:
     """An open key index; see the module docstring."""
 
     def __init__(self, folder: Path, manifest: Manifest, max_delta: int = MAX_DELTA,
-                 row_group_rows: int = ROW_GROUP_ROWS, durable: bool = True) -> None:
+                 sparse_stride: int = SPARSE_STRIDE, durable: bool = True) -> None:
         self.folder = folder
         self._m = manifest
         #: delta entries beyond which `apply` merges partitions into their base runs
         self.max_delta = max_delta
-        #: rows per row group of the base runs this index writes
-        self.row_group_rows = row_group_rows
+        #: rows between two paths of the in-memory sparse index of each run
+        self.sparse_stride = sparse_stride
         #: fsync each file before the manifest naming it (off: a power loss, not a process
         #: crash, may leave a manifest naming torn files, which `open` then refuses)
         self.durable = durable
         self._runs: list[RunFiles | None] = [
-            RunFiles.open(folder, r["name"]) if r["name"] else None for r in manifest.runs]
+            RunFiles.open(folder, r["name"], sparse_stride) if r["name"] else None
+            for r in manifest.runs]
         #: per partition: path -> seq << 32 | row in that apply's entries, or _DELETED
         self._delta: list[dict[str, int]] = [{} for _ in range(manifest.parts)]
         #: seq -> that apply's added entries (ENTRY_SCHEMA)
@@ -93,7 +94,7 @@ class KeyIndex:
     # ------------------------------------------------------------ open / build
     @classmethod
     def open(cls, folder: str | Path, table_id: str, buckets: int, *,
-             max_delta: int = MAX_DELTA, row_group_rows: int = ROW_GROUP_ROWS,
+             max_delta: int = MAX_DELTA, sparse_stride: int = SPARSE_STRIDE,
              durable: bool = True) -> KeyIndex | None:
         """The index kept in `folder`, or None when there is none, it is damaged, or it is of
         another table or bucket count (the caller then builds one). The caller compares
@@ -105,7 +106,7 @@ class KeyIndex:
                 log.info("key index %s is of table %s (%d buckets): not used", folder,
                          manifest.table_id, manifest.buckets)
                 return None
-            return cls(folder, manifest, max_delta, row_group_rows, durable)
+            return cls(folder, manifest, max_delta, sparse_stride, durable)
         except FileNotFoundError:
             return None
         except Exception as exc:  # any damage means: build it again
@@ -115,7 +116,7 @@ class KeyIndex:
     @classmethod
     def build(cls, folder: str | Path, table_id: str, buckets: int, version: int,
               batches: Iterable[pa.RecordBatch | pa.Table], *, rows_hint: int | None = None,
-              max_delta: int = MAX_DELTA, row_group_rows: int = ROW_GROUP_ROWS,
+              max_delta: int = MAX_DELTA, sparse_stride: int = SPARSE_STRIDE,
               memory: int = BUILD_MEMORY, durable: bool = True) -> KeyIndex:
         """A new index of `version` from the table's live rows: `batches` hold relative_path,
         _bucket, file, pos and the value columns (`live_batches` makes them from data files).
@@ -124,11 +125,11 @@ class KeyIndex:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         splits = max(1, math.ceil((rows_hint or 0) / max(1, buckets) / PART_ROWS))
-        runs = spill_build(folder, batches, buckets, splits, memory, row_group_rows, durable)
+        runs = spill_build(folder, batches, buckets, splits, memory, durable)
         manifest = Manifest(table_id, buckets, splits, version, 0, runs, [])
         write_manifest(folder, manifest, durable)
         remove_orphans(folder, manifest)
-        return cls(folder, manifest, max_delta, row_group_rows, durable)
+        return cls(folder, manifest, max_delta, sparse_stride, durable)
 
     # ------------------------------------------------------------ reads
     @property
@@ -233,7 +234,7 @@ class KeyIndex:
     def merge(self, part: int) -> None:
         """Fold partition `part`'s delta into a new base run."""
         rows = self._partition(part, self._runs[part])
-        run = write_run(self.folder, part, rows, self.row_group_rows, self.durable)
+        run = write_run(self.folder, part, rows, self.durable)
         run["merged_seq"] = self._m.seq
         runs = list(self._m.runs)
         runs[part] = run
@@ -243,7 +244,8 @@ class KeyIndex:
                             self._m.seq, runs, deltas)
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
-        self._runs[part] = RunFiles.open(self.folder, run["name"]) if run["name"] else None
+        self._runs[part] = (RunFiles.open(self.folder, run["name"], self.sparse_stride)
+                            if run["name"] else None)
         self._delta[part] = {}
         for seq in [s for s in self._chunks if s <= floor]:
             del self._chunks[seq]

@@ -3,10 +3,9 @@ files, the manifest, and the streamed build that turns a table's live rows into 
 
 A folder holds, per partition p (the table's bucket, or a finer hash split of it):
 
-    p00003-<token>.parquet      the base run: rows sorted by relative_path, row groups of
-                                `ROW_GROUP_ROWS` rows; `file` is an int32 id into ...
-    p00003-<token>.files.arrow  ... the data file names the run refers to (ids are row numbers)
-    p00003-<token>.keys.arrow   the first relative_path of each row group (the sparse index)
+    p00003-<token>.arrow        the base run: one uncompressed Arrow record batch sorted by
+                                relative_path, read memory-mapped; `file` is an int32 id
+                                into the data file names kept in its schema metadata
     delta-<seq>-<token>.arrow   the entries one `apply` changed (a deleted flag for removals)
     manifest.json               what is current: version, table id, runs, live delta files
 
@@ -17,6 +16,7 @@ the files it names, plus orphans `remove_orphans` deletes later.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import tempfile
@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from directory_table.layout import buckets_of
 from directory_table.schema import TABLE_SCHEMA
@@ -45,6 +44,7 @@ __all__ = [
     "partitions_of",
     "read_delta",
     "read_manifest",
+    "run_file",
     "remove_orphans",
     "spill_build",
     "write_delta",
@@ -65,9 +65,8 @@ RUN_SCHEMA = pa.schema([ENTRY_SCHEMA.field(KEY), pa.field("file", pa.int32()),
 DELTA_SCHEMA = ENTRY_SCHEMA.append(pa.field("_part", pa.int32())).append(
     pa.field("deleted", pa.bool_()))
 MANIFEST = "manifest.json"
-#: rows per row group of a base run: a lookup decodes one row group per path it looks for
-ROW_GROUP_ROWS = 512
-COMPRESSION = "lz4"
+#: rows between two paths of the sparse index: a lookup scans one such stretch per path
+SPARSE_STRIDE = 512
 #: rows of a partition at which a build splits the table's buckets into finer partitions
 PART_ROWS = 2_000_000
 
@@ -156,7 +155,7 @@ def remove_orphans(folder: Path, manifest: Manifest) -> None:
     keep = {MANIFEST} | {name for _, name in manifest.deltas}
     for run in manifest.runs:
         if run["name"]:
-            keep |= {f"{run['name']}{ext}" for ext in (".parquet", ".files.arrow", ".keys.arrow")}
+            keep.add(run_file(run["name"]))
     for entry in os.scandir(folder):
         if entry.name not in keep and entry.is_file() and (
                 entry.name.startswith(("p", "delta-", ".manifest-"))):
@@ -166,62 +165,50 @@ def remove_orphans(folder: Path, manifest: Manifest) -> None:
 # ---------------------------------------------------------------- runs
 @dataclass
 class RunFiles:
-    """An open base run: its Parquet file, sparse index and file names."""
+    """An open base run: one uncompressed Arrow record batch, memory-mapped, its sparse index
+    (every `stride`-th path) in memory, and the data file names its `file` ids stand for."""
 
-    parquet: pq.ParquetFile
+    rows: pa.RecordBatch
     keys: list[str]
     names: pa.Array
+    stride: int
 
     @classmethod
-    def open(cls, folder: Path, stem: str) -> RunFiles:
-        keys = pa.ipc.open_file(folder / f"{stem}.keys.arrow").read_all().column(0)
-        names = pa.ipc.open_file(folder / f"{stem}.files.arrow").read_all().column(0)
-        pf = pq.ParquetFile(folder / f"{stem}.parquet")
-        if pf.metadata.num_row_groups != len(keys):
-            raise ValueError(f"{stem}: {pf.metadata.num_row_groups} row groups, "
-                             f"{len(keys)} keys")
-        return cls(pf, keys.to_pylist(), names.combine_chunks())
+    def open(cls, folder: Path, stem: str, stride: int = SPARSE_STRIDE) -> RunFiles:
+        reader = pa.ipc.open_file(pa.memory_map(str(folder / f"{stem}.arrow")))
+        if reader.num_record_batches != 1 or reader.schema.remove_metadata() != RUN_SCHEMA:
+            raise ValueError(f"{stem}: not a key index run")
+        rows = reader.get_batch(0)
+        names = pa.array(json.loads(reader.schema.metadata[b"files"]), pa.string())
+        keys = rows.column(0).take(pa.array(np.arange(0, rows.num_rows, stride))).to_pylist()
+        return cls(rows, keys, names, stride)
 
     def read(self) -> pa.Table:
         """All entries of the run (file names, not ids)."""
-        return self._named(self.parquet.read().cast(RUN_SCHEMA))
+        return self._named(pa.Table.from_batches([self.rows]))
 
     def find(self, sorted_paths: list[str]) -> pa.Table:
-        """The entries of those of `sorted_paths` the run holds: only the row groups whose
-        key range can hold one are read (one `read_row_groups` call)."""
-        keys, groups, last = self.keys, [], -1
+        """The entries of those of `sorted_paths` the run holds: each path is searched in the
+        one stretch of `stride` rows the sparse index names, touching only those pages."""
+        keys, stride, col, found = self.keys, self.stride, self.rows.column(0), []
         lo = 0
         for p in sorted_paths:
-            # the row group holding p, if any: the last whose first key is <= p
-            lo = _bisect_right(keys, p, lo) - 1
-            if lo >= 0 and lo != last:
-                groups.append(lo)
-                last = lo
-            lo = max(lo, 0)
-        if not groups:
-            return ENTRY_SCHEMA.empty_table()
-        rows = self.parquet.read_row_groups(groups, use_threads=False).cast(RUN_SCHEMA)
-        hits = rows.filter(pc.is_in(rows[KEY], value_set=pa.array(sorted_paths, pa.string())))
-        return self._named(hits)
+            lo = max(bisect.bisect_right(keys, p, lo) - 1, 0)
+            at = pc.index(col.slice(lo * stride, stride), p).as_py()
+            if at >= 0:
+                found.append(lo * stride + at)
+        return self._named(pa.Table.from_batches([self.rows.take(pa.array(found, pa.int64()))]))
 
     def _named(self, rows: pa.Table) -> pa.Table:
         files = pc.take(self.names, rows["file"])
         return rows.set_column(1, ENTRY_SCHEMA.field("file"), files)
 
 
-def _bisect_right(keys: list[str], p: str, lo: int) -> int:
-    hi = len(keys)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if p < keys[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def run_file(stem: str) -> str:
+    return f"{stem}.arrow"
 
 
-def write_run(folder: Path, part: int, rows: pa.Table, row_group_rows: int = ROW_GROUP_ROWS,
-              durable: bool = True) -> dict:
+def write_run(folder: Path, part: int, rows: pa.Table, durable: bool = True) -> dict:
     """Write `rows` (ENTRY_SCHEMA, file names; any order, unique paths) as partition `part`'s
     base run; returns its manifest entry (merged_seq filled by the caller)."""
     if rows.num_rows == 0:
@@ -233,18 +220,16 @@ def write_run(folder: Path, part: int, rows: pa.Table, row_group_rows: int = ROW
         at = pc.index(dup, True).as_py()
         raise ValueError(f"two live rows for {keys[at].as_py()!r}")
     encoded = pc.dictionary_encode(rows["file"]).combine_chunks()
-    run = pa.Table.from_arrays([keys, encoded.indices.cast(pa.int32()), *rows.columns[2:]],
-                               schema=RUN_SCHEMA)
+    run = pa.RecordBatch.from_arrays(
+        [keys, encoded.indices.cast(pa.int32()),
+         *(c.combine_chunks() for c in rows.columns[2:])], schema=RUN_SCHEMA)
     stem = f"p{part:05d}-{token()}"
-    paths = [folder / f"{stem}{ext}" for ext in (".parquet", ".files.arrow", ".keys.arrow")]
-    pq.write_table(run, paths[0], row_group_size=row_group_rows, compression=COMPRESSION,
-                   write_statistics=False, use_dictionary=["file", "size"],
-                   store_schema=False)
-    firsts = keys.take(pa.array(np.arange(0, run.num_rows, row_group_rows)))
-    _write_ipc(paths[1], pa.table({"name": encoded.dictionary}))
-    _write_ipc(paths[2], pa.table({"first": firsts}))
-    for p in paths if durable else ():
-        _fsync(p)
+    path = folder / run_file(stem)
+    schema = RUN_SCHEMA.with_metadata({"files": json.dumps(encoded.dictionary.to_pylist())})
+    with pa.ipc.new_file(path, schema) as w:
+        w.write_batch(run.replace_schema_metadata(schema.metadata))
+    if durable:
+        _fsync(path)
     return {"name": stem, "rows": run.num_rows, "merged_seq": 0}
 
 
@@ -273,8 +258,7 @@ def read_delta(folder: Path, name: str) -> pa.Table:
 
 # ---------------------------------------------------------------- build
 def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buckets: int,
-                splits: int, memory: int, row_group_rows: int = ROW_GROUP_ROWS,
-                durable: bool = True) -> list[dict]:
+                splits: int, memory: int, durable: bool = True) -> list[dict]:
     """Base runs of every partition from the live rows in `batches` (ENTRY columns plus
     `_bucket`), with bounded memory: rows are kept per partition in memory and spilled to
     per-partition Arrow files whenever more than `memory` bytes are held; each partition is
@@ -308,7 +292,7 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
             if part in writers:
                 tables.insert(0, pa.ipc.open_file(spill_dir / f"{part}.arrow").read_all())
             rows = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
-            runs.append(write_run(folder, part, rows, row_group_rows, durable))
+            runs.append(write_run(folder, part, rows, durable))
         return runs
     finally:
         for w in writers.values():
