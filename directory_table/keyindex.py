@@ -117,15 +117,20 @@ class KeyIndex:
     def build(cls, folder: str | Path, table_id: str, buckets: int, version: int,
               batches: Iterable[pa.RecordBatch | pa.Table], *, rows_hint: int | None = None,
               max_delta: int = MAX_DELTA, sparse_stride: int = SPARSE_STRIDE,
-              memory: int = BUILD_MEMORY, durable: bool = True) -> KeyIndex:
+              memory: int = BUILD_MEMORY, grouped: bool = False, durable: bool = True,
+              ) -> KeyIndex:
         """A new index of `version` from the table's live rows: `batches` hold relative_path,
         _bucket, file, pos and the value columns (`live_batches` makes them from data files).
         `rows_hint` (the table's row count) splits buckets of more than `PART_ROWS` rows into
-        finer partitions. Whatever was in `folder` is replaced (atomically)."""
+        finer partitions. `grouped`: the batches come bucket by bucket (each bucket's rows
+        together), so each bucket is written when the next starts instead of being held or
+        spilled; rows of each bucket in path order (its files in order of their smallest
+        path, files not overlapping) spare the sort. Whatever was in `folder` is replaced
+        (atomically)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         splits = max(1, math.ceil((rows_hint or 0) / max(1, buckets) / PART_ROWS))
-        runs = spill_build(folder, batches, buckets, splits, memory, durable)
+        runs = spill_build(folder, batches, buckets, splits, memory, durable, grouped)
         manifest = Manifest(table_id, buckets, splits, version, 0, runs, [])
         write_manifest(folder, manifest, durable)
         remove_orphans(folder, manifest)
@@ -171,7 +176,7 @@ class KeyIndex:
     def rows(self) -> Iterable[pa.Table]:
         """Every entry, one table per partition (LOOKUP_SCHEMA, sorted by path)."""
         for part, run in enumerate(self._runs):
-            rows = self._partition(part, run)
+            rows = conform(self._partition(part, run))
             bucket = pa.array([part % self._m.buckets] * rows.num_rows, pa.int32())
             yield rows.add_column(3, LOOKUP_SCHEMA.field("_bucket"), bucket).sort_by(KEY)
 
@@ -279,14 +284,18 @@ class KeyIndex:
                 for seq, rows in by_seq.items()]
 
     def _partition(self, part: int, run: RunFiles | None) -> pa.Table:
-        """All current entries of one partition (ENTRY_SCHEMA, unordered)."""
+        """All current entries of one partition (ENTRY_SCHEMA but `file` dictionary-encoded,
+        unordered)."""
         delta = self._delta[part]
-        base = run.read() if run is not None else ENTRY_SCHEMA.empty_table()
-        if delta:
+        tables = [run.read()] if run is not None else []
+        if delta and tables:
             changed = pa.array(list(delta), pa.string())
-            base = base.filter(pc.invert(pc.is_in(base[KEY], value_set=changed)))
-        refs = [r for r in delta.values() if r != _DELETED]
-        return pa.concat_tables([base, *self._take(refs)])
+            tables[0] = tables[0].filter(pc.invert(pc.is_in(tables[0][KEY], value_set=changed)))
+        for t in self._take([r for r in delta.values() if r != _DELETED]):
+            tables.append(t.set_column(1, "file", pc.dictionary_encode(t["file"])))
+        if not tables:
+            return conform(ENTRY_SCHEMA.empty_table(), file_dictionary=True)
+        return pa.concat_tables(tables)
 
     def _with_bucket(self, rows: pa.Table) -> pa.Table:
         bucket = pa.array(partitions_of(rows[KEY].to_pylist(), self._m.buckets), pa.int32())

@@ -21,7 +21,9 @@ import json
 import os
 import tempfile
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,13 +82,17 @@ def partitions_of(paths: list[str], parts: int) -> list[int]:
     return buckets_of(paths, parts)
 
 
-def conform(rows: pa.Table | pa.RecordBatch) -> pa.Table:
+def conform(rows: pa.Table | pa.RecordBatch, file_dictionary: bool = False) -> pa.Table:
     """`rows` as `ENTRY_SCHEMA` (columns in order, plain types; a missing value column is
-    null)."""
-    n = rows.num_rows
-    cols = [rows.column(f.name).cast(f.type) if f.name in rows.schema.names
-            else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
-    return pa.Table.from_arrays(cols, schema=ENTRY_SCHEMA)
+    null); `file_dictionary`: a dictionary-encoded `file` column stays so."""
+    n, names, fields = rows.num_rows, rows.schema.names, list(ENTRY_SCHEMA)
+    if file_dictionary and pa.types.is_dictionary(rows.schema.field("file").type):
+        fields[1] = pa.field("file", pa.dictionary(pa.int32(), pa.string()))
+    cols = []
+    for f in fields:
+        col = rows.column(f.name) if f.name in names else pa.nulls(n, f.type)
+        cols.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
 # ---------------------------------------------------------------- manifest
@@ -165,27 +171,30 @@ def remove_orphans(folder: Path, manifest: Manifest) -> None:
 # ---------------------------------------------------------------- runs
 @dataclass
 class RunFiles:
-    """An open base run: one uncompressed Arrow record batch, memory-mapped, its sparse index
+    """An open base run: uncompressed Arrow record batches, memory-mapped, its sparse index
     (every `stride`-th path) in memory, and the data file names its `file` ids stand for."""
 
-    rows: pa.RecordBatch
+    rows: pa.Table
     keys: list[str]
     names: pa.Array
     stride: int
 
     @classmethod
     def open(cls, folder: Path, stem: str, stride: int = SPARSE_STRIDE) -> RunFiles:
-        reader = pa.ipc.open_file(pa.memory_map(str(folder / f"{stem}.arrow")))
-        if reader.num_record_batches != 1 or reader.schema.remove_metadata() != RUN_SCHEMA:
+        reader = pa.ipc.open_file(pa.memory_map(str(folder / run_file(stem))))
+        if reader.schema.remove_metadata() != RUN_SCHEMA:
             raise ValueError(f"{stem}: not a key index run")
-        rows = reader.get_batch(0)
+        rows = reader.read_all()  # zero-copy: the batches stay on the mapped file
         names = pa.array(json.loads(reader.schema.metadata[b"files"]), pa.string())
         keys = rows.column(0).take(pa.array(np.arange(0, rows.num_rows, stride))).to_pylist()
         return cls(rows, keys, names, stride)
 
     def read(self) -> pa.Table:
-        """All entries of the run (file names, not ids)."""
-        return self._named(pa.Table.from_batches([self.rows]))
+        """All entries of the run, `file` as a dictionary of the names (no copy)."""
+        files = pa.chunked_array([pa.DictionaryArray.from_arrays(c, self.names)
+                                  for c in self.rows["file"].chunks],
+                                 pa.dictionary(pa.int32(), pa.string()))
+        return self.rows.set_column(1, "file", files)
 
     def find(self, sorted_paths: list[str]) -> pa.Table:
         """The entries of those of `sorted_paths` the run holds: each path is searched in the
@@ -197,11 +206,8 @@ class RunFiles:
             at = pc.index(col.slice(lo * stride, stride), p).as_py()
             if at >= 0:
                 found.append(lo * stride + at)
-        return self._named(pa.Table.from_batches([self.rows.take(pa.array(found, pa.int64()))]))
-
-    def _named(self, rows: pa.Table) -> pa.Table:
-        files = pc.take(self.names, rows["file"])
-        return rows.set_column(1, ENTRY_SCHEMA.field("file"), files)
+        rows = self.rows.take(pa.array(found, pa.int64()))
+        return rows.set_column(1, ENTRY_SCHEMA.field("file"), pc.take(self.names, rows["file"]))
 
 
 def run_file(stem: str) -> str:
@@ -209,28 +215,52 @@ def run_file(stem: str) -> str:
 
 
 def write_run(folder: Path, part: int, rows: pa.Table, durable: bool = True) -> dict:
-    """Write `rows` (ENTRY_SCHEMA, file names; any order, unique paths) as partition `part`'s
-    base run; returns its manifest entry (merged_seq filled by the caller)."""
+    """Write `rows` (ENTRY_SCHEMA, `file` names plain or dictionary-encoded; any order, unique
+    paths) as partition `part`'s base run; returns its manifest entry (merged_seq filled by
+    the caller)."""
     if rows.num_rows == 0:
         return {"name": None, "rows": 0, "merged_seq": 0}
-    rows = rows.sort_by(KEY)
-    keys = rows[KEY].combine_chunks()
-    dup = pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-    if pc.any(dup).as_py():
-        at = pc.index(dup, True).as_py()
-        raise ValueError(f"two live rows for {keys[at].as_py()!r}")
-    encoded = pc.dictionary_encode(rows["file"]).combine_chunks()
-    run = pa.RecordBatch.from_arrays(
-        [keys, encoded.indices.cast(pa.int32()),
-         *(c.combine_chunks() for c in rows.columns[2:])], schema=RUN_SCHEMA)
+    if not _ascending(rows[KEY]):  # rows read from files in path order need no sort
+        rows = rows.sort_by(KEY)
+        keys = rows[KEY].combine_chunks()
+        dup = pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+        if pc.any(dup).as_py():
+            at = pc.index(dup, True).as_py()
+            raise ValueError(f"two live rows for {keys[at].as_py()!r}")
+    ids, names = _file_ids(rows["file"])
+    run = pa.Table.from_arrays([rows[KEY], ids, *rows.columns[2:]], schema=RUN_SCHEMA)
     stem = f"p{part:05d}-{token()}"
     path = folder / run_file(stem)
-    schema = RUN_SCHEMA.with_metadata({"files": json.dumps(encoded.dictionary.to_pylist())})
+    schema = RUN_SCHEMA.with_metadata({"files": json.dumps(names.to_pylist())})
     with pa.ipc.new_file(path, schema) as w:
-        w.write_batch(run.replace_schema_metadata(schema.metadata))
+        w.write_table(run.replace_schema_metadata(schema.metadata))
     if durable:
         _fsync(path)
     return {"name": stem, "rows": run.num_rows, "merged_seq": 0}
+
+
+def _file_ids(files: pa.ChunkedArray) -> tuple[pa.ChunkedArray, pa.Array]:
+    """int32 ids into a table of the names, for a column of names (plain or dictionary-
+    encoded chunks); names no row refers to are dropped."""
+    chunks = [c if pa.types.is_dictionary(c.type) else pc.dictionary_encode(c)
+              for c in files.chunks]
+    unified = pa.table({"f": pa.chunked_array(chunks, pa.dictionary(pa.int32(), pa.string()))
+                        }).unify_dictionaries()["f"]
+    names = unified.chunk(0).dictionary
+    ids = pa.chunked_array([c.indices.cast(pa.int32()) for c in unified.chunks], pa.int32())
+    used = pc.unique(ids).to_numpy()
+    if len(used) < len(names):
+        remap = np.zeros(len(names), dtype=np.int32)
+        remap[np.sort(used)] = np.arange(len(used), dtype=np.int32)
+        ids = pa.chunked_array([pa.array(remap[c.to_numpy()]) for c in ids.chunks], pa.int32())
+        names = names.take(pa.array(np.sort(used)))
+    return ids, names
+
+
+def _ascending(keys: pa.ChunkedArray) -> bool:
+    """Whether `keys` are strictly ascending (so sorted and unique)."""
+    n = len(keys)
+    return n < 2 or pc.all(pc.less(keys.slice(0, n - 1), keys.slice(1))).as_py()
 
 
 def _write_ipc(path: Path, table: pa.Table) -> None:
@@ -258,19 +288,44 @@ def read_delta(folder: Path, name: str) -> pa.Table:
 
 # ---------------------------------------------------------------- build
 def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buckets: int,
-                splits: int, memory: int, durable: bool = True) -> list[dict]:
+                splits: int, memory: int, durable: bool = True, grouped: bool = False,
+                ) -> list[dict]:
     """Base runs of every partition from the live rows in `batches` (ENTRY columns plus
-    `_bucket`), with bounded memory: rows are kept per partition in memory and spilled to
+    `_bucket`), with bounded memory: rows are held per partition and spilled to
     per-partition Arrow files whenever more than `memory` bytes are held; each partition is
-    then sorted and written on its own."""
+    then sorted and written on its own. `grouped`: the rows come bucket by bucket, so a
+    bucket's partitions are written as soon as the next bucket starts (and, at 10M rows,
+    nothing is spilled)."""
     parts = buckets * splits
     held: list[list[pa.Table]] = [[] for _ in range(parts)]
+    runs: list[dict | None] = [None] * parts
     spill_dir = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
     writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
-    size = 0
+    size, current = 0, None
+
+    def finish(part: int) -> None:
+        nonlocal size
+        tables, held[part] = held[part], []
+        size -= sum(t.nbytes for t in tables)
+        if part in writers:
+            writers.pop(part).close()
+            spilled = pa.memory_map(str(spill_dir / f"{part}.arrow"))
+            tables = [pa.ipc.open_file(spilled).read_all(), *map(conform, tables)]
+        rows = pa.concat_tables(tables) if tables else conform(ENTRY_SCHEMA.empty_table())
+        runs[part] = write_run(folder, part, rows, durable)
+        (spill_dir / f"{part}.arrow").unlink(missing_ok=True)
+
     try:
         for batch in batches:
             for part, rows in _split(batch, buckets, splits):
+                bucket = part % buckets
+                if grouped and bucket != current:
+                    if runs[part] is not None:
+                        raise ValueError(f"rows of bucket {bucket} came after other buckets' "
+                                         "(grouped=True)")
+                    for p in range(current, parts, buckets) if current is not None else ():
+                        finish(p)
+                    current = bucket
                 held[part].append(rows)
                 size += rows.nbytes
             if size > memory:
@@ -280,19 +335,12 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
                             writers[part] = pa.ipc.new_file(spill_dir / f"{part}.arrow",
                                                             ENTRY_SCHEMA)
                         for t in tables:
-                            writers[part].write_table(t)
+                            writers[part].write_table(conform(t))  # file names plain
                         held[part] = []
                 size = 0
-        for w in writers.values():
-            w.close()
-        runs = []
         for part in range(parts):
-            tables = held[part]
-            held[part] = []
-            if part in writers:
-                tables.insert(0, pa.ipc.open_file(spill_dir / f"{part}.arrow").read_all())
-            rows = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
-            runs.append(write_run(folder, part, rows, durable))
+            if runs[part] is None:
+                finish(part)
         return runs
     finally:
         for w in writers.values():
@@ -305,7 +353,7 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
 def _split(batch: pa.RecordBatch | pa.Table, buckets: int, splits: int,
            ) -> Iterator[tuple[int, pa.Table]]:
     """(partition, rows) of a batch of live rows, one item per partition it holds."""
-    rows = conform(batch)
+    rows = conform(batch, file_dictionary=True)
     if rows.num_rows == 0:
         return
     if splits == 1:
@@ -327,26 +375,43 @@ def _split(batch: pa.RecordBatch | pa.Table, buckets: int, splits: int,
         yield int(sorted_part[s]), rows.slice(s, e - s)
 
 
-def live_batches(files: Iterable[tuple[str, int, object]],
-                 read: Callable[[str], pa.Table]) -> Iterator[pa.Table]:
+def live_batches(files: Iterable[tuple[str, int, object]], read: Callable[[str], pa.Table],
+                 threads: int = 2) -> Iterator[pa.Table]:
     """The live rows of a table, as `KeyIndex.build` takes them, from its data files: each
     item of `files` is (data file path as the table names it, its bucket, the rows its
     deletion vector marks deleted or None) — deleted rows given as a boolean mask (True =
     deleted) or as an array of row positions. `read(path)` returns the file's rows in file
-    order (no deletion vector applied), with relative_path and the value columns."""
-    for path, bucket, deleted in files:
-        rows = read(path)
-        n = rows.num_rows
-        pos = pa.array(np.arange(n, dtype=np.int64))
-        rows = rows.append_column("file", pa.array([path] * n, pa.string())) \
-            .append_column("pos", pos) \
-            .append_column("_bucket", pa.array(np.full(n, bucket, dtype=np.int32)))
-        if deleted is not None:
-            mask = np.asarray(deleted)
-            if mask.dtype != np.bool_:
-                dead, mask = mask, np.zeros(n, dtype=np.bool_)
-                mask[dead.astype(np.int64)] = True
-            if len(mask) != n:
-                raise ValueError(f"{path}: deletion mask of {len(mask)} rows, file has {n}")
-            rows = rows.filter(pa.array(~mask))
-        yield rows
+    order (no deletion vector applied), with relative_path and the value columns; `threads`
+    files are read ahead at once (pyarrow reads without the GIL). Files given bucket by
+    bucket, each bucket's in order of their smallest path, make a build `grouped` and
+    spare it the sort."""
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        ahead: deque = deque()
+        items = iter(files)
+        for item in items:
+            ahead.append((item, pool.submit(read, item[0])))
+            if len(ahead) > 2 * threads:
+                break
+        while ahead:
+            (path, bucket, deleted), future = ahead.popleft()
+            for item in items:
+                ahead.append((item, pool.submit(read, item[0])))
+                break
+            yield _live(future.result(), path, bucket, deleted)
+
+
+def _live(rows: pa.Table, path: str, bucket: int, deleted: object) -> pa.Table:
+    n = rows.num_rows
+    rows = rows.append_column("file", pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, dtype=np.int32)), pa.array([path], pa.string()))) \
+        .append_column("pos", pa.array(np.arange(n, dtype=np.int64))) \
+        .append_column("_bucket", pa.array(np.full(n, bucket, dtype=np.int32)))
+    if deleted is not None:
+        mask = np.asarray(deleted)
+        if mask.dtype != np.bool_:
+            dead, mask = mask, np.zeros(n, dtype=np.bool_)
+            mask[dead.astype(np.int64)] = True
+        if len(mask) != n:
+            raise ValueError(f"{path}: deletion mask of {len(mask)} rows, file has {n}")
+        rows = rows.filter(pa.array(~mask))
+    return rows
