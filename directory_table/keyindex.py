@@ -76,14 +76,13 @@ class KeyIndex:
         self._m = manifest
         #: delta entries beyond which `apply` merges partitions into their base runs
         self.max_delta = max_delta
-        #: rows between two paths of the in-memory sparse index of each run
+        #: rows between two paths of the sparse index of the runs this index writes
         self.sparse_stride = sparse_stride
         #: fsync each file before the manifest naming it (off: a power loss, not a process
         #: crash, may leave a manifest naming torn files, which `open` then refuses)
         self.durable = durable
         self._runs: list[RunFiles | None] = [
-            RunFiles.open(folder, r["name"], sparse_stride) if r["name"] else None
-            for r in manifest.runs]
+            RunFiles.open(folder, r["name"]) if r["name"] else None for r in manifest.runs]
         #: per partition: path -> seq << 32 | row in that apply's entries, or _DELETED
         self._delta: list[dict[str, int]] = [{} for _ in range(manifest.parts)]
         #: seq -> that apply's added entries (ENTRY_SCHEMA)
@@ -130,7 +129,8 @@ class KeyIndex:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         splits = max(1, math.ceil((rows_hint or 0) / max(1, buckets) / PART_ROWS))
-        runs = spill_build(folder, batches, buckets, splits, memory, durable, grouped)
+        runs = spill_build(folder, batches, buckets, splits, memory, durable, grouped,
+                           sparse_stride)
         manifest = Manifest(table_id, buckets, splits, version, 0, runs, [])
         write_manifest(folder, manifest, durable)
         remove_orphans(folder, manifest)
@@ -239,7 +239,7 @@ class KeyIndex:
     def merge(self, part: int) -> None:
         """Fold partition `part`'s delta into a new base run."""
         rows = self._partition(part, self._runs[part])
-        run = write_run(self.folder, part, rows, self.durable)
+        run = write_run(self.folder, part, rows, self.durable, self.sparse_stride)
         run["merged_seq"] = self._m.seq
         runs = list(self._m.runs)
         runs[part] = run
@@ -249,8 +249,7 @@ class KeyIndex:
                             self._m.seq, runs, deltas)
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
-        self._runs[part] = (RunFiles.open(self.folder, run["name"], self.sparse_stride)
-                            if run["name"] else None)
+        self._runs[part] = RunFiles.open(self.folder, run["name"]) if run["name"] else None
         self._delta[part] = {}
         for seq in [s for s in self._chunks if s <= floor]:
             del self._chunks[seq]

@@ -4,8 +4,9 @@ files, the manifest, and the streamed build that turns a table's live rows into 
 A folder holds, per partition p (the table's bucket, or a finer hash split of it):
 
     p00003-<token>.arrow        the base run: one uncompressed Arrow record batch sorted by
-                                relative_path, read memory-mapped; `file` is an int32 id
-                                into the data file names kept in its schema metadata
+                                relative_path, read memory-mapped; its schema metadata holds
+                                the data file names (`file` is an int32 id into them) and
+                                every 512th path (the sparse index)
     delta-<seq>-<token>.arrow   the entries one `apply` changed (a deleted flag for removals)
     manifest.json               what is current: version, table id, runs, live delta files
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import mmap
 import os
 import tempfile
 import uuid
@@ -180,13 +182,21 @@ class RunFiles:
     stride: int
 
     @classmethod
-    def open(cls, folder: Path, stem: str, stride: int = SPARSE_STRIDE) -> RunFiles:
-        reader = pa.ipc.open_file(pa.memory_map(str(folder / run_file(stem))))
-        if reader.schema.remove_metadata() != RUN_SCHEMA:
+    def open(cls, folder: Path, stem: str) -> RunFiles:
+        with open(folder / run_file(stem), "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # lookups touch a few pages here and there: no read-ahead around each
+        mapped.madvise(mmap.MADV_RANDOM)
+        reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped)))
+        meta = reader.schema.metadata or {}
+        if reader.schema.remove_metadata() != RUN_SCHEMA or b"keys" not in meta:
             raise ValueError(f"{stem}: not a key index run")
-        rows = reader.read_all()  # zero-copy: the batches stay on the mapped file
-        names = pa.array(json.loads(reader.schema.metadata[b"files"]), pa.string())
-        keys = rows.column(0).take(pa.array(np.arange(0, rows.num_rows, stride))).to_pylist()
+        rows = reader.read_all()  # zero-copy: the batch stays on the mapped file
+        names = pa.array(json.loads(meta[b"files"]), pa.string())
+        keys = json.loads(meta[b"keys"])
+        stride = int(meta[b"stride"])
+        if len(keys) != -(-rows.num_rows // stride):
+            raise ValueError(f"{stem}: {len(keys)} sparse keys for {rows.num_rows} rows")
         return cls(rows, keys, names, stride)
 
     def read(self) -> pa.Table:
@@ -214,7 +224,8 @@ def run_file(stem: str) -> str:
     return f"{stem}.arrow"
 
 
-def write_run(folder: Path, part: int, rows: pa.Table, durable: bool = True) -> dict:
+def write_run(folder: Path, part: int, rows: pa.Table, durable: bool = True,
+              stride: int = SPARSE_STRIDE) -> dict:
     """Write `rows` (ENTRY_SCHEMA, `file` names plain or dictionary-encoded; any order, unique
     paths) as partition `part`'s base run; returns its manifest entry (merged_seq filled by
     the caller)."""
@@ -228,12 +239,17 @@ def write_run(folder: Path, part: int, rows: pa.Table, durable: bool = True) -> 
             at = pc.index(dup, True).as_py()
             raise ValueError(f"two live rows for {keys[at].as_py()!r}")
     ids, names = _file_ids(rows["file"])
+    # one record batch: opening it maps one block, not one per input file
     run = pa.Table.from_arrays([rows[KEY], ids, *rows.columns[2:]], schema=RUN_SCHEMA)
+    run = run.combine_chunks().to_batches()[0]
     stem = f"p{part:05d}-{token()}"
     path = folder / run_file(stem)
-    schema = RUN_SCHEMA.with_metadata({"files": json.dumps(names.to_pylist())})
+    keys = run.column(0).take(pa.array(np.arange(0, run.num_rows, stride)))
+    schema = RUN_SCHEMA.with_metadata({"files": json.dumps(names.to_pylist()),
+                                       "keys": json.dumps(keys.to_pylist()),
+                                       "stride": str(stride)})
     with pa.ipc.new_file(path, schema) as w:
-        w.write_table(run.replace_schema_metadata(schema.metadata))
+        w.write_batch(run.replace_schema_metadata(schema.metadata))
     if durable:
         _fsync(path)
     return {"name": stem, "rows": run.num_rows, "merged_seq": 0}
@@ -289,7 +305,7 @@ def read_delta(folder: Path, name: str) -> pa.Table:
 # ---------------------------------------------------------------- build
 def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buckets: int,
                 splits: int, memory: int, durable: bool = True, grouped: bool = False,
-                ) -> list[dict]:
+                stride: int = SPARSE_STRIDE) -> list[dict]:
     """Base runs of every partition from the live rows in `batches` (ENTRY columns plus
     `_bucket`), with bounded memory: rows are held per partition and spilled to
     per-partition Arrow files whenever more than `memory` bytes are held; each partition is
@@ -312,7 +328,7 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
             spilled = pa.memory_map(str(spill_dir / f"{part}.arrow"))
             tables = [pa.ipc.open_file(spilled).read_all(), *map(conform, tables)]
         rows = pa.concat_tables(tables) if tables else conform(ENTRY_SCHEMA.empty_table())
-        runs[part] = write_run(folder, part, rows, durable)
+        runs[part] = write_run(folder, part, rows, durable, stride)
         (spill_dir / f"{part}.arrow").unlink(missing_ok=True)
 
     try:
