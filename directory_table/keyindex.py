@@ -29,6 +29,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -258,22 +259,21 @@ class KeyIndex:
     # ------------------------------------------------------------ internals
     def _replay(self, seq: int, entries: pa.Table) -> None:
         """Take one apply's entries into the in-memory delta (skipping partitions whose run
-        already holds them)."""
-        merged = [r["merged_seq"] for r in self._m.runs]
-        live = entries.filter(pc.invert(entries["deleted"]))
-        self._chunks[seq] = live.select(ENTRY_SCHEMA.names)
-        base = seq << 32
-        delta = self._delta
-        row = 0
-        for path, part, dead in zip(entries[KEY].to_pylist(), entries["_part"].to_pylist(),
-                                    entries["deleted"].to_pylist(), strict=True):
-            if dead:
-                if merged[part] < seq:
-                    delta[part][path] = _DELETED
-                continue
-            if merged[part] < seq:
-                delta[part][path] = base | row
-            row += 1
+        already holds them); later entries of a path win."""
+        merged = np.array([r["merged_seq"] for r in self._m.runs], dtype=np.int64)
+        dead = entries["deleted"].to_numpy()
+        self._chunks[seq] = entries.filter(pa.array(~dead)).select(ENTRY_SCHEMA.names)
+        parts = entries["_part"].to_numpy()
+        refs = np.where(dead, _DELETED, (seq << 32) | (np.cumsum(~dead) - 1))
+        keep = np.flatnonzero(merged[parts] < seq)
+        keep = keep[np.argsort(parts[keep], kind="stable")]  # by partition, in order
+        paths = entries[KEY].take(pa.array(keep)).to_pylist()
+        parts, refs = parts[keep], refs[keep].tolist()
+        edges = [0, *(np.flatnonzero(np.diff(parts)) + 1).tolist(), len(keep)]
+        for start, end in zip(edges, edges[1:], strict=False):
+            if end > start:
+                self._delta[int(parts[start])].update(zip(paths[start:end], refs[start:end],
+                                                          strict=True))
 
     def _take(self, refs: list[int]) -> list[pa.Table]:
         by_seq: dict[int, list[int]] = {}
