@@ -24,6 +24,7 @@ summary goes to `.bench/results.json`.
     inventory    backfill of 50k keys from a Parquet S3 Inventory report vs listing (moto)
     status       the status page at 100 volumes / 1k streams in Chromium (< 1 s); the CPU it
                  adds to a busy daemon (< 5%)
+    keyindex     the key index at 10M rows: rebuild rate and RSS, 2k-path lookup, 2k-change apply
     interop      1k changes read vs Delta Spark's readChangeFeed at 10M rows; a 10-event
                  commit vs a Spark Delta MERGE of the same rows
 
@@ -42,6 +43,7 @@ from benchmarks import (
     filesize,
     interop,
     inventory,
+    keyindex,
     mor,
     scale,
     shards,
@@ -53,8 +55,8 @@ from benchmarks import (
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, mor, sustain, stream_read, shards, discovery,
-                                  bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
-                                  warehouse, inventory, filesize, status, interop)}
+BENCHMARKS = {m.NAME: m for m in (apply, scale, mor, keyindex, sustain, stream_read, shards,
+                                  discovery, bench_latency, backfill, bench_sqs, bench_pipeline,
+                                  tables, cli, warehouse, inventory, filesize, status, interop)}
 
 __all__ = ["BENCHMARKS"]
