@@ -195,8 +195,8 @@ def _locate(log: CommitLog, uri: str, options: dict[str, str] | None, version: i
     if hint is not None and version is not None and version < hint:
         hint = None  # time travel before the last checkpoint: list the whole log
     listing = list_log(uri, options, hint)
-    if hint is not None and not listing.commits and not listing.checkpoints:
-        listing = list_log(uri, options)  # a stale or wrong _last_checkpoint
+    if hint is not None and hint not in listing.checkpoints:
+        listing = list_log(uri, options)  # _last_checkpoint names a checkpoint not (all) there
     known = listing.commits | set(listing.checkpoints)
     if not known:
         raise LogGap(f"no Delta table at {uri}: {uri}/_delta_log holds no commit")
