@@ -214,6 +214,20 @@ def test_replay_follows_deletion_vectors_and_decodes_paths(tmp_path):
                                         ("_bucket=2/b c.parquet", "")]
 
 
+def test_stats_that_do_not_parse_give_nulls_for_their_file_only(tmp_path):
+    root = str(tmp_path / "t")
+    odd = _add("_bucket=2/c.parquet")
+    odd["add"]["stats"] = '{"numRecords": "many"}'
+    broken = _add("_bucket=2/d.parquet")
+    broken["add"]["stats"] = '{"numRecords": 4, "minVal'
+    _write_log(root, [[_PROTOCOL, _METADATA, _add("_bucket=2/a.parquet", rows=7), odd, broken]])
+    files = deltalog.replay(root).files
+    assert sorted(zip(files["path"].to_pylist(), files["num_records"].to_pylist(),
+                      files["min_path"].to_pylist(), strict=True)) == [
+        ("_bucket=2/a.parquet", 7, "a"), ("_bucket=2/c.parquet", None, None),
+        ("_bucket=2/d.parquet", None, None)]
+
+
 def test_dv_unique_id_follows_the_protocol():
     dvs = pa.array([DV1, DV2, None], deltalog.DV)
     assert deltalog.dv_unique_id(dvs).to_pylist() == [
