@@ -24,6 +24,7 @@ import os
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -80,22 +81,18 @@ def retention_ms(configuration: dict[str, str]) -> int:
     return int(total)
 
 
+@dataclass(frozen=True)
 class Checkpoint:
-    """What `write_checkpoint` wrote: its version, file name and `_last_checkpoint` fields."""
+    """What `write_checkpoint` wrote: its version, file name, number of actions (`size`), bytes,
+    add actions and tombstones, and whether `_last_checkpoint` now names it."""
 
-    def __init__(self, version: int, name: str, size: int, size_in_bytes: int, adds: int,
-                 tombstones: int, pointed: bool):
-        self.version = version
-        self.name = name
-        self.size = size
-        self.size_in_bytes = size_in_bytes
-        self.adds = adds
-        self.tombstones = tombstones
-        self.pointed = pointed  # whether `_last_checkpoint` now names it
-
-    def __repr__(self) -> str:
-        return (f"Checkpoint({self.name}, actions={self.size}, adds={self.adds}, "
-                f"tombstones={self.tombstones}, bytes={self.size_in_bytes})")
+    version: int
+    name: str
+    size: int
+    size_in_bytes: int
+    adds: int
+    tombstones: int
+    pointed: bool
 
 
 def _one_column(name: str, values: pa.Array, rows: int) -> pa.Table:

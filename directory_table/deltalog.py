@@ -276,6 +276,8 @@ def _commit_actions(log: CommitLog, versions: list[int]) -> list[list[dict[str, 
         # one parse per commit (an array of its lines), not one per action
         return json.loads(b"[" + b",".join(ln for ln in body.splitlines() if ln.strip()) + b"]")
 
+    # (on S3 the log's boto3 client exists by now: `_locate` read `_last_checkpoint` with it,
+    # and creating one is not safe from several threads at once)
     if log.local or len(versions) < 2:
         return [one(v) for v in versions]
     with ThreadPoolExecutor(min(16, len(versions))) as pool:
