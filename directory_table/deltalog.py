@@ -140,12 +140,15 @@ def dv_unique_id(dv: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _key(path: str, dv: dict[str, Any] | None) -> tuple[str, str]:
+    """A logical file's (decoded path, DV unique id) from a JSON action."""
+    if "%" in path:
+        path = unquote(path)
     if not dv:
-        return unquote(path), ""
+        return path, ""
     uid = f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}"
     if dv.get("offset") is not None:
         uid += f"@{dv['offset']}"
-    return unquote(path), uid
+    return path, uid
 
 
 def _conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
@@ -195,8 +198,8 @@ def _locate(log: CommitLog, uri: str, options: dict[str, str] | None, version: i
     if hint is not None and version is not None and version < hint:
         hint = None  # time travel before the last checkpoint: list the whole log
     listing = list_log(uri, options, hint)
-    if hint is not None and not listing.commits and not listing.checkpoints:
-        listing = list_log(uri, options)  # a stale or wrong _last_checkpoint
+    if hint is not None and hint not in listing.checkpoints:
+        listing = list_log(uri, options)  # _last_checkpoint names a checkpoint not (all) there
     known = listing.commits | set(listing.checkpoints)
     if not known:
         raise LogGap(f"no Delta table at {uri}: {uri}/_delta_log holds no commit")
@@ -273,6 +276,8 @@ def _commit_actions(log: CommitLog, versions: list[int]) -> list[list[dict[str, 
         # one parse per commit (an array of its lines), not one per action
         return json.loads(b"[" + b",".join(ln for ln in body.splitlines() if ln.strip()) + b"]")
 
+    # (on S3 the log's boto3 client exists by now: `_locate` read `_last_checkpoint` with it,
+    # and creating one is not safe from several threads at once)
     if log.local or len(versions) < 2:
         return [one(v) for v in versions]
     with ThreadPoolExecutor(min(16, len(versions))) as pool:
@@ -311,24 +316,37 @@ def _metadata(md: dict[str, Any]) -> dict[str, Any]:
     return md
 
 
+def _stats_columns(stats: pa.Array) -> pa.Table:
+    """numRecords, minValues and maxValues of `relative_path` from each stats JSON (null where
+    absent): pyarrow's JSON reader over one buffer of all rows; row by row only when some
+    writer's stats do not parse as that (a row that does not parse gives nulls)."""
+    text = pc.fill_null(stats, "{}").cast(pa.large_string())
+    joined = pc.binary_join(pa.LargeListArray.from_arrays([0, len(stats)], text),
+                            pa.scalar("\n", pa.large_string()))[0]
+    options = pajson.ParseOptions(explicit_schema=_STATS, unexpected_field_behavior="ignore")
+    try:
+        parsed = pajson.read_json(pa.BufferReader(joined.as_buffer()), parse_options=options)
+        if parsed.num_rows == len(stats):
+            return parsed
+    except pa.ArrowInvalid:
+        pass
+    rows = []
+    for one in text.to_pylist():
+        try:
+            rows.append(pajson.read_json(pa.BufferReader(one.encode()),
+                                         parse_options=options).to_pylist()[0])
+        except (pa.ArrowInvalid, IndexError):
+            rows.append({})
+    return pa.Table.from_pylist(rows, schema=_STATS)
+
+
 def _parse_stats(files: pa.Table) -> pa.Table:
-    """`files` with `num_records`, `min_path`, `max_path` parsed from the stats JSON by
-    pyarrow's JSON reader (one buffer for all rows) and `bucket` from the partition values."""
-    n = files.num_rows
-    if n:
-        text = pc.fill_null(files["stats"].combine_chunks(), "{}").cast(pa.large_string())
-        joined = pc.binary_join(pa.LargeListArray.from_arrays([0, n], text),
-                                pa.scalar("\n", pa.large_string()))[0]
-        parsed = pajson.read_json(
-            pa.BufferReader(joined.as_buffer()),
-            parse_options=pajson.ParseOptions(explicit_schema=_STATS,
-                                              unexpected_field_behavior="ignore"))
-        records = parsed["numRecords"]
-        low = pc.struct_field(parsed["minValues"], "relative_path")
-        high = pc.struct_field(parsed["maxValues"], "relative_path")
-    else:
-        records, low, high = (pa.nulls(0, pa.int64()), pa.nulls(0, pa.string()),
-                              pa.nulls(0, pa.string()))
+    """`files` with `num_records`, `min_path`, `max_path` parsed from the stats JSON and
+    `bucket` from the partition values."""
+    parsed = _stats_columns(files["stats"].combine_chunks())
+    records = parsed["numRecords"]
+    low = pc.struct_field(parsed["minValues"].combine_chunks(), "relative_path")
+    high = pc.struct_field(parsed["maxValues"].combine_chunks(), "relative_path")
     values = pc.map_lookup(files["partitionValues"], _BUCKET, "first")
     bucket = pc.cast(pc.if_else(pc.equal(values, ""), None, values), pa.int32())
     return (files.append_column("bucket", bucket).append_column("num_records", records)

@@ -87,6 +87,28 @@ def test_replay_reads_a_delta_rs_checkpoint_alone(tmp_path):
         deltalog.replay(root, None, CP - 1)
 
 
+def test_replay_from_a_delta_rs_checkpoint_equals_json_only_replay(tmp_path):
+    root = str(tmp_path / "t")
+    _history(root)
+    plain = str(tmp_path / "plain")
+    os.makedirs(f"{plain}/_delta_log")
+    for name in os.listdir(f"{root}/_delta_log"):
+        if name.endswith(".json"):
+            shutil.copy(f"{root}/_delta_log/{name}", f"{plain}/_delta_log/{name}")
+    for v in range(CP, DeltaTable(root).version() + 1):
+        ours, alone = deltalog.replay(root, None, v), deltalog.replay(plain, None, v)
+        assert (ours.checkpoint, alone.checkpoint) == (CP, None)
+        for state in (ours, alone):  # checkpoints clear dataChange; Spark's JSON lacks nulls
+            state.files = state.files.drop(["dataChange"])
+            state.tombstones = state.tombstones.select(["path", "deletionTimestamp"])
+        assert sorted(map(repr, ours.files.to_pylist())) == sorted(
+            map(repr, alone.files.to_pylist()))
+        assert sorted(map(repr, ours.tombstones.to_pylist())) == sorted(
+            map(repr, alone.tombstones.to_pylist()))
+        assert (ours.protocol, ours.metadata, ours.txns) == (alone.protocol, alone.metadata,
+                                                             alone.txns)
+
+
 def test_replay_without_last_checkpoint_lists_the_log(tmp_path):
     root = str(tmp_path / "t")
     _history(root)
@@ -94,6 +116,15 @@ def test_replay_without_last_checkpoint_lists_the_log(tmp_path):
     os.remove(f"{root}/_delta_log/_last_checkpoint")
     state = deltalog.replay(root)
     assert (state.checkpoint, _ours(state)) == (CP, expected)
+
+
+def test_replay_when_last_checkpoint_names_a_missing_checkpoint(tmp_path):
+    root = str(tmp_path / "t")
+    _history(root)
+    expected = _ours(deltalog.replay(root))
+    os.remove(f"{root}/_delta_log/{CP:020d}.checkpoint.parquet")
+    state = deltalog.replay(root)
+    assert (state.checkpoint, _ours(state)) == (None, expected)
 
 
 def test_replay_errors_name_the_table(tmp_path):
@@ -181,6 +212,20 @@ def test_replay_follows_deletion_vectors_and_decodes_paths(tmp_path):
                       strict=True)) == [("_bucket=2/a.parquet", ""),
                                         ("_bucket=2/a.parquet", "i" + DV1["pathOrInlineDv"]),
                                         ("_bucket=2/b c.parquet", "")]
+
+
+def test_stats_that_do_not_parse_give_nulls_for_their_file_only(tmp_path):
+    root = str(tmp_path / "t")
+    odd = _add("_bucket=2/c.parquet")
+    odd["add"]["stats"] = '{"numRecords": "many"}'
+    broken = _add("_bucket=2/d.parquet")
+    broken["add"]["stats"] = '{"numRecords": 4, "minVal'
+    _write_log(root, [[_PROTOCOL, _METADATA, _add("_bucket=2/a.parquet", rows=7), odd, broken]])
+    files = deltalog.replay(root).files
+    assert sorted(zip(files["path"].to_pylist(), files["num_records"].to_pylist(),
+                      files["min_path"].to_pylist(), strict=True)) == [
+        ("_bucket=2/a.parquet", 7, "a"), ("_bucket=2/c.parquet", None, None),
+        ("_bucket=2/d.parquet", None, None)]
 
 
 def test_dv_unique_id_follows_the_protocol():
