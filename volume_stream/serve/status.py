@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from volume_stream.errors import InvalidInputError, VolumeStreamError, converted
-from volume_stream.serve.charts import Timeline, charts
+from volume_stream.serve.charts import DEFAULT_RANGE, RANGES, Timeline, charts
 from volume_stream.serve.facts import VolumeFacts
 from volume_stream.serve.file_history import file_history
 from volume_stream.streams.registry import pinned_end
@@ -116,20 +116,21 @@ class StatusSource:
         self._rows: dict[str, tuple[tuple, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ the whole picture
-    def status(self) -> dict[str, Any]:
-        """Every volume, stream, pipeline and change log, as plain JSON-able values.
+    def status(self, span_s: float = RANGES[DEFAULT_RANGE]) -> dict[str, Any]:
+        """Every volume, stream, pipeline and change log, as plain JSON-able values, and the
+        charts over the last `span_s` seconds.
 
         Pages polling at once share one computation: facts younger than `min_interval_s`
-        are handed out again."""
+        are handed out again (each with the charts of its own range)."""
         with self._status_lock:
-            if self._last is not None and \
-                    time.monotonic() - self._last[0] < self.min_interval_s:
-                return self._last[1]
-            facts = self._status()
-            self._last = (time.monotonic(), facts)
-            return facts
+            if self._last is None or \
+                    time.monotonic() - self._last[0] >= self.min_interval_s:
+                self._last = (time.monotonic(), self._status())
+            facts, histories, now = self._last[1]
+        return {**facts, "charts": _plain(charts(histories, self.timeline, now=now,
+                                                 span_s=span_s))}
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> tuple[dict[str, Any], list[tuple[list[datetime], bool]], float]:
         now = self.clock()
         live = self._live()
         state = self.catalog.warehouse.read()
@@ -157,9 +158,8 @@ class StatusSource:
         if self._own_timeline:
             self.timeline.record({"pending": facts["summary"]["pending_changes"]},
                                  at=now.timestamp())
-        facts["charts"] = charts(histories, self.timeline, now=now.timestamp())
         streams = facts.pop("streams")  # built of plain values already: 1,000 rows unwalked
-        return {**_plain(facts), "streams": streams}
+        return {**_plain(facts), "streams": streams}, histories, now.timestamp()
 
     def _live(self) -> dict[str, Any]:
         if self.live is None:
