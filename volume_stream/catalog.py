@@ -385,12 +385,13 @@ class Catalog:
         if a == b and not spec["initial_pending"]:
             return  # nothing was pinned, nothing to move
         self.commit_offset(name, spec.get("volume_id") or spec["table_id"], a, b,
-                           spec["batch_id"])
+                           spec["batch_id"], rows=records.num_rows)
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
-                      batch_id: int) -> None:
-        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap)."""
-        self.streams.commit_offset(name, volume_id, start, end, batch_id)
+                      batch_id: int, rows: int | None = None) -> None:
+        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap);
+        `rows`: the batch's record count, kept with the stream's last consumed batches."""
+        self.streams.commit_offset(name, volume_id, start, end, batch_id, rows)
 
     def describe_stream(self, name: str) -> dict[str, Any]:
         """Offset, mode, latest version, pending-change count, and whether it is stale."""

@@ -117,7 +117,7 @@ def run_delta_batch(pipeline: Pipeline) -> PipelineMetrics:
         counts.update(_write_batch(pipeline, items, app_id, batch_id, catalog.object_reader(
             volume)))
     crash_point("after_target_commit")
-    catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id)
+    catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id, rows=records.num_rows)
     return PipelineMetrics(**metrics, **counts, seconds=time.monotonic() - started)
 
 

@@ -4,8 +4,10 @@
 (`/status.json`) and `volume-stream status [--json]` show: every volume (location, files,
 bytes, latest version and commit time, and under a daemon its listener's state), every stream
 (offset, latest version, pending changes, stale or not, how long the oldest pending commit has
-waited), the daemon's pipelines, and the change logs (shards). `file_history` is every change
-record of one file, oldest first. Everything here only reads.
+waited), the daemon's pipelines, the change logs (shards), and the SQL tables with their
+streams and change logs (`serve.table_facts`); a stream's page adds its last consumed batches
+(version range, records, when). `file_history` is every change record of one file, oldest
+first. Everything here only reads.
 
     source = StatusSource(connect("./warehouse"))
     facts = source.status()          # plain JSON-able dicts and lists
@@ -31,6 +33,7 @@ from volume_stream.errors import InvalidInputError, VolumeStreamError, converted
 from volume_stream.serve.charts import DEFAULT_RANGE, RANGES, Timeline, charts
 from volume_stream.serve.facts import VolumeFacts
 from volume_stream.serve.file_history import file_history
+from volume_stream.serve.table_facts import table_rows
 from volume_stream.streams.registry import pinned_end
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME
@@ -144,15 +147,17 @@ class StatusSource:
             "streams": self.streams(now, state=state),
             "pipelines": self.pipelines(live),
             "change_logs": self.change_logs(state),
+            "tables": table_rows(self.catalog.tables, state, _error),
         }
         facts["summary"] = {
             "volumes": len(volumes),
             "files": sum(v.get("files") or 0 for v in volumes),
             "bytes": sum(v.get("bytes") or 0 for v in volumes),
             "streams": len(facts["streams"]),
+            "tables": len(facts["tables"]),
             "pending_changes": sum(s.get("pending_changes") or 0 for s in facts["streams"]),
             "stale_streams": sum(1 for s in facts["streams"] if s.get("stale")),
-            "errors": sum(1 for part in ("volumes", "streams", "pipelines")
+            "errors": sum(1 for part in ("volumes", "streams", "pipelines", "tables")
                           for row in facts[part] if row.get("error")),
         }
         if self._own_timeline:
@@ -346,7 +351,10 @@ class StatusSource:
         if not row.get("error") and not row.get("stale"):
             table = self.catalog.read_stream_arrow(name)
             records = table.slice(0, limit).to_pylist()
-        return _plain({**row, "records": records, "records_shown": len(records)})
+        stored = self.catalog.warehouse.read().get((STREAM, name)) or {}
+        consumed = list(reversed(stored.get("consumed", [])))  # newest first
+        return _plain({**row, "records": records, "records_shown": len(records),
+                       "consumed": consumed})
 
     # ------------------------------------------------------------------ pipelines, logs
     @staticmethod

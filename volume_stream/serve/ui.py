@@ -40,8 +40,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from volume_stream.errors import ConfigError, InvalidInputError, NotFoundError, VolumeStreamError
-from volume_stream.serve.server import is_loopback
 from volume_stream.serve.charts import DEFAULT_RANGE, RANGES, range_seconds
+from volume_stream.serve.server import is_loopback
 from volume_stream.serve.status import StatusSource
 
 __all__ = ["HttpServer", "check_listen", "status_app", "status_routes", "TokenGate"]
