@@ -114,7 +114,9 @@ def test_local_blocks_run_as_printed(tmp_path):
     assert json.loads(outputs["tables"].strip().splitlines()[-1]) == [[1, "Alice", 30]]
     out = shell(block("sql_cli"), folder)
     assert "str_dish_images" in out and "landing" in out, out
-    shell(block("export"), folder)
+    out = shell(block("export"), folder)
+    first, again = (json.loads(line) for line in out.splitlines()[:2])
+    assert first["records"] > 0 and again["records"] == again["files"] == 0, out  # same range
     assert list((folder / "exports" / "landing").rglob("*.csv")), "the export wrote no CSV"
 
 
