@@ -37,6 +37,7 @@ from volume_stream.cli._common import (
     print_rows,
     quiet_py4j_interrupts,
     stop_on_sigterm,
+    usage_names,
 )
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.cli._progress import refresh_progress
@@ -254,6 +255,7 @@ def watch(
     """Run the volume's listener in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cat = _catalog(warehouse, create=False)
+    cat.describe_volume(volume)  # an unknown volume is an error before anything is watched
     err.print(f"watching {volume} (Ctrl-C to stop)")
     with stop_on_sigterm():
         metrics = cat.watch(volume, until_idle=until_idle, timeout=timeout, refresh=refresh)
@@ -267,6 +269,7 @@ sql_commands.register(app)
 shard_api_commands.register(app)
 export_commands.register(app)
 status_commands.register(app)
+usage_names(app)
 
 
 def main() -> None:
