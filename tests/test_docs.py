@@ -104,7 +104,9 @@ def test_local_blocks_run_as_printed(tmp_path):
     folder = sandbox(tmp_path)
     blocks = [(k, TABLES.format(sql=json.dumps(block(k))) if k == "tables" else block(k))
               for k in LOCAL]
-    outputs = run_python(blocks, folder)
+    # the README's quickstart runs again as printed (issue 34: if_not_exists=True)
+    outputs = run_python([*blocks, ("quickstart_again", block("quickstart"))], folder)
+    assert outputs["quickstart_again"].strip().splitlines()[-1] == "0"
     for kind in LOCAL:
         if kind != "tables":
             check_prints(kind, outputs[kind])

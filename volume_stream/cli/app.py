@@ -45,6 +45,7 @@ from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
+from volume_stream.warehouse import STREAM, VOLUME
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
 # print `<bool>` for flags; click's layout keeps every name whole.
@@ -83,6 +84,8 @@ def volume_create(
     retention_days: Annotated[float, typer.Option(help="Keep versions this long.")] = 7,
     polling: Annotated[bool, typer.Option(help="Poll instead of inotify.")] = False,
     replace: Annotated[bool, typer.Option(help="Replace a volume of that name.")] = False,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Leave a volume of that name as it is.")] = False,
     warehouse: Warehouse = None,
 ) -> None:
     """Register a folder as a volume (its directory table starts empty: run refresh)."""
@@ -91,9 +94,15 @@ def volume_create(
         options["include"] = include
     if exclude:
         options["exclude"] = exclude
-    spec = _catalog(warehouse, create=True).create_volume(
-        name, location, recursive=recursive, replace=replace,
+    cat = _catalog(warehouse, create=True)
+    existed = if_not_exists and (VOLUME, name) in cat.warehouse.read()
+    spec = cat.create_volume(
+        name, location, recursive=recursive, replace=replace, if_not_exists=if_not_exists,
         notification=LocalNotification(polling=True) if polling else None, **options)
+    if existed:
+        out.print(f"volume [bold]{spec.name}[/bold] exists (at {escape(spec.location)}); left "
+                  f"as it is")
+        return
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
 
 
@@ -183,12 +192,20 @@ def stream_create(
                                  ] = False,
     at_timestamp: Annotated[str | None, typer.Option(help="ISO time to start from.")] = None,
     replace: bool = False,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Leave a stream of that name (and its offset) as it is.")
+        ] = False,
     warehouse: Warehouse = None,
 ) -> None:
     """Create a stream on a volume; its offset starts at the latest version."""
-    info = _catalog(warehouse).create_stream(name, on, mode=mode, replace=replace,
-                                             show_initial_rows=show_initial_rows,
-                                             at_timestamp=at_timestamp)
+    cat = _catalog(warehouse)
+    existed = if_not_exists and (STREAM, name) in cat.warehouse.read()
+    info = cat.create_stream(name, on, mode=mode, replace=replace, if_not_exists=if_not_exists,
+                             show_initial_rows=show_initial_rows, at_timestamp=at_timestamp)
+    if existed:
+        out.print(f"stream [bold]{name}[/bold] exists (at offset {info['offset']}); left as "
+                  f"it is")
+        return
     out.print(f"created stream [bold]{name}[/bold] on {on} ({info['mode']}) at version "
               f"{info['offset']}")
 

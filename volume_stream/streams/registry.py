@@ -63,7 +63,25 @@ class StreamRegistry:
     def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
                mode: str = "STANDARD", show_initial_rows: bool = False,
                at_timestamp: datetime | str | None = None,
-               replace: bool = False) -> dict[str, Any]:
+               replace: bool = False, if_not_exists: bool = False) -> dict[str, Any]:
+        """A new stream; `if_not_exists`: one of that name is left as it is (its offset too)
+        and its stored spec returned."""
+        if replace and if_not_exists:
+            raise InvalidInputError("give replace or if_not_exists, not both")
+        try:
+            if if_not_exists and (STREAM, name) in self.warehouse.read():
+                raise AlreadyExistsError(STREAM, name)
+            return self._create(name, on_volume, on_table, mode, show_initial_rows,
+                                at_timestamp, replace)
+        except AlreadyExistsError:
+            existing = self.warehouse.read().get((STREAM, name))
+            if not if_not_exists or existing is None:
+                raise
+            return dict(existing)
+
+    def _create(self, name: str, on_volume: str | None, on_table: str | None, mode: str,
+                show_initial_rows: bool, at_timestamp: datetime | str | None,
+                replace: bool) -> dict[str, Any]:
         check_name(STREAM, name)
         tstreams.check_target(on_volume, on_table)
         if on_table is not None:
