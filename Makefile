@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the jar groups `make install` fetches: Delta Lake's Spark connector; add s3 (hadoop-aws and
+# the AWS SDK, ~690 MB) where Spark reads s3a:// paths: make install JARS="delta s3" (as CI
+# does), or later `volume-stream jars fetch s3`
+JARS   ?= delta
 
 .PHONY: install jars demo test soak bench lint clean
 
@@ -12,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e ".[dev]"
-	@echo "==> fetching the JVM jars once into $(VENV)/jars: Delta Lake's Spark connector, and"
-	@echo "    hadoop-aws with the AWS SDK for s3a:// (tests and the demo never download them)"
-	$(PY) -m volume_stream._jars fetch
+	@echo "==> fetching the JVM jars once into $(VENV)/jars: $(JARS) (delta: Delta Lake's Spark"
+	@echo "    connector; s3: hadoop-aws with the AWS SDK for s3a://; tests never download them)"
+	$(PY) -m volume_stream._jars fetch $(JARS)
 	@echo "==> a class-data archive of Spark's classes, so each local Spark starts in about half the CPU"
 	$(PY) -m volume_stream._cds
 	touch $(STAMP)
@@ -22,9 +26,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
+# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there;
+# make jars JARS="delta s3" adds the s3a jars and builds the archive for the new class path)
 jars: $(STAMP)
-	$(PY) -m volume_stream._jars fetch
+	$(PY) -m volume_stream._jars fetch $(JARS)
 	$(PY) -m volume_stream._cds
 
 demo: $(STAMP)

@@ -21,6 +21,7 @@ from rich.markup import escape
 from volume_stream._exit import exit_process
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import export as export_commands
+from volume_stream.cli import jars as jars_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
@@ -286,6 +287,7 @@ sql_commands.register(app)
 shard_api_commands.register(app)
 export_commands.register(app)
 status_commands.register(app)
+jars_commands.register(app)
 usage_names(app)
 
 
