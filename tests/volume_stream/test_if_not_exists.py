@@ -24,7 +24,7 @@ def test_python_creates_leave_what_exists(cat, tmp_path):
     cat.refresh("land")
     again = cat.create_volume("land", tmp_path / "elsewhere", if_not_exists=True)
     assert again.id == first.id and again.location == first.location
-    assert cat.latest_version("land") == 1                    # its table untouched
+    assert cat.directory_table("land").version() == 1          # its table untouched
     with pytest.raises(vs.AlreadyExistsError):
         cat.create_volume("land", tmp_path / "data")
     with pytest.raises(vs.InvalidInputError, match="not both"):
