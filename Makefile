@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the jar groups `make install` fetches: Delta Lake's Spark connector; add s3 (hadoop-aws and
+# the AWS SDK, ~690 MB) where Spark reads s3a:// paths: make install JARS="delta s3" (as CI
+# does), or later `volume-stream jars fetch s3`
+JARS   ?= delta
 
-.PHONY: install jars demo test soak bench lint clean
+.PHONY: install jars s3jars demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
@@ -12,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e ".[dev]"
-	@echo "==> fetching the JVM jars once into $(VENV)/jars: Delta Lake's Spark connector, and"
-	@echo "    hadoop-aws with the AWS SDK for s3a:// (tests and the demo never download them)"
-	$(PY) -m volume_stream._jars fetch
+	@echo "==> fetching the JVM jars once into $(VENV)/jars: $(JARS) (delta: Delta Lake's Spark"
+	@echo "    connector; s3: hadoop-aws with the AWS SDK for s3a://; tests never download them)"
+	$(PY) -m volume_stream._jars fetch $(JARS)
 	@echo "==> a class-data archive of Spark's classes, so each local Spark starts in about half the CPU"
 	$(PY) -m volume_stream._cds
 	touch $(STAMP)
@@ -22,10 +26,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
+# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there;
+# make jars JARS="delta s3" adds the s3a jars and builds the archive for the new class path)
 jars: $(STAMP)
-	$(PY) -m volume_stream._jars fetch
+	$(PY) -m volume_stream._jars fetch $(JARS)
 	$(PY) -m volume_stream._cds
+
+# the suite writes s3a:// (moto) through Spark: the s3 jars once (a no-op when fetched; when
+# new, the class-data archive is built again for the longer class path)
+s3jars: $(STAMP)
+	$(PY) -m volume_stream.cli jars fetch s3
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
@@ -36,7 +46,7 @@ demo: $(STAMP)
 # its own Spark): a worker waits on its subprocesses, daemons and JVMs a third of the time, so
 # a third one keeps both cores busy (measured under the same load: 21 min 27 s on two
 # workers, 15 min 43 s on three, the same CPU time)
-test: $(STAMP)
+test: s3jars
 	$(PY) -m pytest -q -m "not soak and not slow" -n 3 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
@@ -50,7 +60,7 @@ test: $(STAMP)
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
 # (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
-soak: $(STAMP)
+soak: s3jars
 	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py tests/interop/test_histories.py
@@ -67,7 +77,7 @@ soak: $(STAMP)
 	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
 		tests/volume_stream/test_group_commit_kills.py
 
-bench: $(STAMP)
+bench: s3jars
 	$(PY) -m benchmarks
 
 lint: $(STAMP)

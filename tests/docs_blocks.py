@@ -52,7 +52,7 @@ KINDS = {
     # README.md
     "setup": "make test    # same install, then the whole test suite",
     "venv": ".venv/bin/volume-stream --help",
-    "quickstart": 'cat.create_volume("landing", "./landing")',
+    "quickstart": 'cat.create_volume("landing", "./landing",',
     "glance": "volume-stream volume create photos ./photos",
     # docs/pipelines.md
     "pipeline": "@vs.file_udf(",

@@ -104,7 +104,9 @@ def test_local_blocks_run_as_printed(tmp_path):
     folder = sandbox(tmp_path)
     blocks = [(k, TABLES.format(sql=json.dumps(block(k))) if k == "tables" else block(k))
               for k in LOCAL]
-    outputs = run_python(blocks, folder)
+    # the README's quickstart runs again as printed (issue 34: if_not_exists=True)
+    outputs = run_python([*blocks, ("quickstart_again", block("quickstart"))], folder)
+    assert outputs["quickstart_again"].strip().splitlines()[-1] == "0"
     for kind in LOCAL:
         if kind != "tables":
             check_prints(kind, outputs[kind])
@@ -114,7 +116,9 @@ def test_local_blocks_run_as_printed(tmp_path):
     assert json.loads(outputs["tables"].strip().splitlines()[-1]) == [[1, "Alice", 30]]
     out = shell(block("sql_cli"), folder)
     assert "str_dish_images" in out and "landing" in out, out
-    shell(block("export"), folder)
+    out = shell(block("export"), folder)
+    first, again = (json.loads(line) for line in out.splitlines()[:2])
+    assert first["records"] > 0 and again["records"] == again["files"] == 0, out  # same range
     assert list((folder / "exports" / "landing").rglob("*.csv")), "the export wrote no CSV"
 
 

@@ -21,6 +21,7 @@ from rich.markup import escape
 from volume_stream._exit import exit_process
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import export as export_commands
+from volume_stream.cli import jars as jars_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
@@ -37,6 +38,7 @@ from volume_stream.cli._common import (
     print_rows,
     quiet_py4j_interrupts,
     stop_on_sigterm,
+    usage_names,
 )
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.cli._progress import refresh_progress
@@ -44,6 +46,7 @@ from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
 from volume_stream.volumes.notifications import LocalNotification
+from volume_stream.warehouse import STREAM, VOLUME
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
 # print `<bool>` for flags; click's layout keeps every name whole.
@@ -86,6 +89,8 @@ def volume_create(
         "--deletion-vectors/--no-deletion-vectors",
         help="Merge-on-read directory table (default where the warehouse is local or S3).",
         show_default=False)] = None,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Leave a volume of that name as it is.")] = False,
     warehouse: Warehouse = None,
 ) -> None:
     """Register a folder as a volume (its directory table starts empty: run refresh)."""
@@ -96,9 +101,15 @@ def volume_create(
         options["include"] = include
     if exclude:
         options["exclude"] = exclude
-    spec = _catalog(warehouse, create=True).create_volume(
-        name, location, recursive=recursive, replace=replace,
+    cat = _catalog(warehouse, create=True)
+    existed = if_not_exists and (VOLUME, name) in cat.warehouse.read()
+    spec = cat.create_volume(
+        name, location, recursive=recursive, replace=replace, if_not_exists=if_not_exists,
         notification=LocalNotification(polling=True) if polling else None, **options)
+    if existed:
+        out.print(f"volume [bold]{spec.name}[/bold] exists (at {escape(spec.location)}); left "
+                  f"as it is")
+        return
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
 
 
@@ -200,12 +211,20 @@ def stream_create(
                                  ] = False,
     at_timestamp: Annotated[str | None, typer.Option(help="ISO time to start from.")] = None,
     replace: bool = False,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Leave a stream of that name (and its offset) as it is.")
+        ] = False,
     warehouse: Warehouse = None,
 ) -> None:
     """Create a stream on a volume; its offset starts at the latest version."""
-    info = _catalog(warehouse).create_stream(name, on, mode=mode, replace=replace,
-                                             show_initial_rows=show_initial_rows,
-                                             at_timestamp=at_timestamp)
+    cat = _catalog(warehouse)
+    existed = if_not_exists and (STREAM, name) in cat.warehouse.read()
+    info = cat.create_stream(name, on, mode=mode, replace=replace, if_not_exists=if_not_exists,
+                             show_initial_rows=show_initial_rows, at_timestamp=at_timestamp)
+    if existed:
+        out.print(f"stream [bold]{name}[/bold] exists (at offset {info['offset']}); left as "
+                  f"it is")
+        return
     out.print(f"created stream [bold]{name}[/bold] on {on} ({info['mode']}) at version "
               f"{info['offset']}")
 
@@ -272,6 +291,7 @@ def watch(
     """Run the volume's listener in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cat = _catalog(warehouse, create=False)
+    cat.describe_volume(volume)  # an unknown volume is an error before anything is watched
     err.print(f"watching {volume} (Ctrl-C to stop)")
     with stop_on_sigterm():
         metrics = cat.watch(volume, until_idle=until_idle, timeout=timeout, refresh=refresh)
@@ -285,6 +305,8 @@ sql_commands.register(app)
 shard_api_commands.register(app)
 export_commands.register(app)
 status_commands.register(app)
+jars_commands.register(app)
+usage_names(app)
 
 
 def main() -> None:

@@ -70,7 +70,7 @@ def _create_connection(catalog, stmt: ddl.CreateConnection) -> SqlResult:
         if secretish:
             if key not in CREDENTIALS[ctype]:
                 raise _fail(prop.token,
-                            f"unknown credential {key} for a {ctype} connection; known: "
+                            f"unknown credential {key} for an {ctype} connection; known: "
                             f"{', '.join(sorted(CREDENTIALS[ctype]))}")
             if not isinstance(prop.value, ddl.EnvRef):
                 # the value is deliberately not echoed: it is a secret

@@ -122,8 +122,23 @@ class VolumeRegistry:
 
     # ------------------------------------------------------------------ lifecycle
     def create(self, name: str, location: str | os.PathLike, *, recursive: bool = True,
-               notification: Any = None, replace: bool = False, **options: Any) -> VolumeSpec:
+               notification: Any = None, replace: bool = False, if_not_exists: bool = False,
+               **options: Any) -> VolumeSpec:
+        """A new volume; `if_not_exists`: one of that name is left as it is and returned."""
         check_name(VOLUME, name)
+        if replace and if_not_exists:
+            raise InvalidInputError("give replace or if_not_exists, not both")
+        if if_not_exists and (VOLUME, name) in self.warehouse.read():
+            return self.spec(name)
+        try:
+            return self._create(name, location, recursive, notification, replace, options)
+        except AlreadyExistsError:
+            if not if_not_exists:
+                raise
+            return self.spec(name)  # created by another process meanwhile
+
+    def _create(self, name: str, location: str | os.PathLike, recursive: bool,
+                notification: Any, replace: bool, options: dict[str, Any]) -> VolumeSpec:
         location = normalize_location(location)
         days = options.get("data_retention_days", 7)
         if not isinstance(days, int | float) or days < 0:
