@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install jars demo test soak bench lint clean
+.PHONY: install emulators jars demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
@@ -20,7 +20,26 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 	@echo "==> installed: the command is $(VENV)/bin/volume-stream; after . $(VENV)/bin/activate it is on PATH"
 
-install: $(STAMP)
+install: $(STAMP) emulators
+
+# the emulators the tests start (tests/gcp_fixtures.py), built from the Go module proxy into
+# $(VENV)/bin once: fake-gcs-server (GCS, publishing its bucket notifications to Pub/Sub) and
+# pstest, the Go client library's Pub/Sub fake, in a small program (tests/emulators/pstest).
+# GOPATH and the build cache live in .go/ (writable, ignored by git)
+GO       ?= go
+GO_ENV   := GOPATH=$(CURDIR)/.go GOCACHE=$(CURDIR)/.go/cache GOFLAGS=-mod=mod GOTOOLCHAIN=local
+FAKE_GCS := github.com/fsouza/fake-gcs-server@v1.56.1
+GCS_EMULATORS := $(VENV)/bin/fake-gcs-server $(VENV)/bin/pstest
+
+$(VENV)/bin/fake-gcs-server: | $(STAMP)
+	@echo "==> building fake-gcs-server ($(FAKE_GCS)) into $(VENV)/bin (about 2 minutes once)"
+	$(GO_ENV) GOBIN=$(abspath $(VENV))/bin $(GO) install $(FAKE_GCS)
+
+$(VENV)/bin/pstest: tests/emulators/pstest/main.go tests/emulators/pstest/go.mod | $(STAMP)
+	@echo "==> building the Pub/Sub fake (tests/emulators/pstest) into $(VENV)/bin"
+	cd tests/emulators/pstest && $(GO_ENV) $(GO) build -o $(abspath $(VENV))/bin/pstest .
+
+emulators: $(GCS_EMULATORS)
 
 # the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
 jars: $(STAMP)
@@ -36,7 +55,7 @@ demo: $(STAMP)
 # its own Spark): a worker waits on its subprocesses, daemons and JVMs a third of the time, so
 # a third one keeps both cores busy (measured under the same load: 21 min 27 s on two
 # workers, 15 min 43 s on three, the same CPU time)
-test: $(STAMP)
+test: $(STAMP) emulators
 	$(PY) -m pytest -q -m "not soak and not slow" -n 3 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
@@ -50,7 +69,7 @@ test: $(STAMP)
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
 # (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
-soak: $(STAMP)
+soak: $(STAMP) emulators
 	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py tests/interop/test_histories.py
@@ -67,7 +86,7 @@ soak: $(STAMP)
 	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
 		tests/volume_stream/test_group_commit_kills.py
 
-bench: $(STAMP)
+bench: $(STAMP) emulators
 	$(PY) -m benchmarks
 
 lint: $(STAMP)
@@ -76,4 +95,4 @@ lint: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir .site   # a broken link fails
 
 clean:
-	rm -rf $(VENV) .pytest_cache warehouse .bench .site
+	rm -rf $(VENV) .pytest_cache warehouse .bench .site .go
