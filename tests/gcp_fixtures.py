@@ -136,6 +136,7 @@ class GcsRig:
     topic: str
     subscription: str
     dead_letter: str  # the subscription of the dead-letter topic
+    tap: str  # a second subscription of the topic, to see what was published
     storage: Any  # google.cloud.storage.Client
     publisher: Any
     subscriber: Any
@@ -163,6 +164,21 @@ class GcsRig:
         """Publish a message of our own (foreign, malformed, replayed) to the topic."""
         return self.publisher.publish(topic=self.topic, messages=[
             {"data": data, "attributes": attributes}]).message_ids[0]
+
+    def published(self, count: int, timeout: float = 20) -> list[Any]:
+        """Wait until `count` more messages were published to the topic (fake-gcs-server
+        publishes after its call returned); returns them. The tap subscription sees them."""
+        seen: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(seen) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(seen)} of {count} messages were published")
+            got = self.pending(self.tap, wait=1.0)
+            if got:
+                self.subscriber.acknowledge(subscription=self.tap,
+                                            ack_ids=[m.ack_id for m in got])
+                seen.extend(got)
+        return seen
 
     def pending(self, subscription: str | None = None, *, wait: float = 1.0) -> list[Any]:
         """Pull what the subscription holds (with a short ack deadline), without acking."""
@@ -196,9 +212,11 @@ def make_gcs_rig(emulators: GcpEmulators, *, max_delivery_attempts: int = 5,
     dead_topic = f"projects/{PROJECT}/topics/dead-{tag}"
     subscription = f"projects/{PROJECT}/subscriptions/events-{tag}"
     dead_letter = f"projects/{PROJECT}/subscriptions/dead-{tag}"
+    tap = f"projects/{PROJECT}/subscriptions/tap-{tag}"
     publisher.create_topic(name=topic)
     publisher.create_topic(name=dead_topic)
     subscriber.create_subscription(name=dead_letter, topic=dead_topic, ack_deadline_seconds=10)
+    subscriber.create_subscription(name=tap, topic=topic, ack_deadline_seconds=10)
     subscriber.create_subscription(request={
         "name": subscription, "topic": topic, "ack_deadline_seconds": ack_deadline,
         "dead_letter_policy": {"dead_letter_topic": dead_topic,
@@ -212,8 +230,8 @@ def make_gcs_rig(emulators: GcpEmulators, *, max_delivery_attempts: int = 5,
         event_types=["OBJECT_FINALIZE", "OBJECT_DELETE", "OBJECT_ARCHIVE",
                      "OBJECT_METADATA_UPDATE"])
     notification.create()
-    return GcsRig(bucket.name, topic, subscription, dead_letter, client, publisher, subscriber,
-                  emulators)
+    return GcsRig(bucket.name, topic, subscription, dead_letter, tap, client, publisher,
+                  subscriber, emulators)
 
 
 @pytest.fixture

@@ -30,16 +30,14 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from connectors._records import ObjectRecord, optional, required, timestamp
-from connectors._records import to_file_event as _to_file_event
+from connectors._records import ObjectRecord, optional, required, timestamp, to_file_event
 from connectors._records import where as where_of
 from connectors.errors import MalformedMessageError
-from connectors.events import EventKind, FileEvent
-from connectors.scope import BucketScope
+from connectors.events import EventKind
 
 __all__ = ["GcsRecord", "ParsedMessage", "etag_of", "parse_message", "sequencer",
            "to_file_event"]
@@ -56,9 +54,6 @@ class GcsRecord(ObjectRecord):
     """One object change as GCS reported it; `version_id` is the object generation."""
 
     scheme: ClassVar[str] = "gs"
-
-    #: the object's `updated` time from the payload (the event time has whole seconds)
-    updated: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,28 +159,24 @@ def _parse(message: Mapping[str, Any], where: str, message_id: str | None) -> Pa
         raise MalformedMessageError(f"{where}: payloadFormat {fmt!r}: volume-stream needs the "
                                     "JSON_API_V1 payload (the object's size and hash)")
     resource = _payload(message.get("data"), where)
+    updated = _updated(resource, where)
     if event_type in _CREATED:
-        record = GcsRecord(EventKind.CREATED, bucket, key, event_time, event_type,
+        # the object's `updated` time: the store's clock with microseconds, as a listing
+        # reports it (the eventTime may have whole seconds only)
+        record = GcsRecord(EventKind.CREATED, bucket, key, updated or event_time, event_type,
                            size=_size(resource, where),
                            etag=etag_of(optional(resource, "md5Hash", str, where),
                                         optional(resource, "crc32c", str, where)),
                            sequencer=sequencer(generation, removed=False),
-                           version_id=str(generation), updated=_updated(resource, where))
+                           version_id=str(generation))
     else:
+        # a removal comes after the removed generation's last update, whatever the clocks
+        if updated is not None:
+            event_time = max(event_time, updated + timedelta(microseconds=1))
         record = GcsRecord(EventKind.REMOVED, bucket, key, event_time, event_type,
                            sequencer=sequencer(generation, removed=True),
                            version_id=str(generation))
     return ParsedMessage((record,), event_type, message_id=message_id)
-
-
-def to_file_event(record: GcsRecord, scope: BucketScope, *,
-                  source_id: str | None = None) -> FileEvent | None:
-    """`connectors._records.to_file_event`, with a created object's `updated` time (when the
-    payload has it) as its last-modified time, as a listing reports it."""
-    event = _to_file_event(record, scope, source_id=source_id)
-    if event is None or record.updated is None or event.kind is not EventKind.CREATED:
-        return event
-    return replace(event, last_modified_time=record.updated)
 
 
 def _updated(resource: dict[str, Any], where: str) -> datetime | None:

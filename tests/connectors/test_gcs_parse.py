@@ -43,8 +43,19 @@ def test_finalize_is_created_with_size_md5_generation_and_updated_time():
     assert rec.url == "gs://bkt/in/a.csv" and parsed.message_id == "m1"
     event = to_file_event(rec, GcsScope("bkt", "in/"), source_id="m1")
     assert event.relative_path == "a.csv" and event.size == 5
-    assert event.last_modified_time == datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
-    assert event.event_time == datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)
+    # the object's own time (microseconds, as a listing has it), not the event's
+    assert event.last_modified_time == event.event_time == datetime(2026, 1, 2, 3, 4, 5, 123456,
+                                                                    tzinfo=UTC)
+
+
+def test_a_removal_is_dated_after_the_removed_generations_last_update():
+    """fake-gcs-server stamps events to the second: a delete in the same second as the
+    object's update must still be newer than the row a listing dated at that update."""
+    data = json.dumps({"size": "1", "updated": "2026-01-02T03:04:05.9Z"}).encode()
+    (rec,) = parse_message(message("OBJECT_DELETE", data=data)).records
+    assert rec.event_time == datetime(2026, 1, 2, 3, 4, 5, 900001, tzinfo=UTC)
+    (late,) = parse_message(message("OBJECT_DELETE")).records  # a later eventTime stays
+    assert late.event_time == datetime(2026, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("event_type", ["OBJECT_DELETE", "OBJECT_ARCHIVE"])
