@@ -148,9 +148,9 @@ def notification_for(scheme: str, queue: str) -> Any:
     """
     cls = BY_SCHEME.get(scheme)
     if cls is None:
-        raise ConfigError(f"--notification takes the queue of {', '.join(sorted(BY_SCHEME))}:// "
-                          f"volumes; a {scheme}:// volume's is set in the daemon's "
-                          "configuration, SQL or Python")
+        known = ", ".join(f"{name}://" for name in sorted(BY_SCHEME))
+        raise ConfigError(f"--notification takes the queue of {known} volumes; a {scheme}:// "
+                          "volume's is set in the daemon's configuration, SQL or Python")
     return cls(queue)
 
 
