@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # does), or later `volume-stream jars fetch s3`
 JARS   ?= delta
 
-.PHONY: install jars s3jars demo test soak bench lint clean
+.PHONY: install emulators jars s3jars demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
@@ -24,7 +24,26 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 	@echo "==> installed: the command is $(VENV)/bin/volume-stream; after . $(VENV)/bin/activate it is on PATH"
 
-install: $(STAMP)
+install: $(STAMP) emulators
+
+# the emulators the tests start (tests/gcp_fixtures.py), built from the Go module proxy into
+# $(VENV)/bin once: fake-gcs-server (GCS, publishing its bucket notifications to Pub/Sub) and
+# pstest, the Go client library's Pub/Sub fake, in a small program (tests/emulators/pstest).
+# GOPATH and the build cache live in .go/ (writable, ignored by git)
+GO       ?= go
+GO_ENV   := GOPATH=$(CURDIR)/.go GOCACHE=$(CURDIR)/.go/cache GOFLAGS=-mod=mod GOTOOLCHAIN=local
+FAKE_GCS := github.com/fsouza/fake-gcs-server@v1.56.1
+GCS_EMULATORS := $(VENV)/bin/fake-gcs-server $(VENV)/bin/pstest
+
+$(VENV)/bin/fake-gcs-server: | $(STAMP)
+	@echo "==> building fake-gcs-server ($(FAKE_GCS)) into $(VENV)/bin (about 2 minutes once)"
+	$(GO_ENV) GOBIN=$(abspath $(VENV))/bin $(GO) install $(FAKE_GCS)
+
+$(VENV)/bin/pstest: tests/emulators/pstest/main.go tests/emulators/pstest/go.mod | $(STAMP)
+	@echo "==> building the Pub/Sub fake (tests/emulators/pstest) into $(VENV)/bin"
+	cd tests/emulators/pstest && $(GO_ENV) $(GO) build -o $(abspath $(VENV))/bin/pstest .
+
+emulators: $(GCS_EMULATORS)
 
 # the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there;
 # make jars JARS="delta s3" adds the s3a jars and builds the archive for the new class path)
@@ -46,7 +65,7 @@ demo: $(STAMP)
 # its own Spark): a worker waits on its subprocesses, daemons and JVMs a third of the time, so
 # a third one keeps both cores busy (measured under the same load: 21 min 27 s on two
 # workers, 15 min 43 s on three, the same CPU time)
-test: s3jars
+test: s3jars emulators
 	$(PY) -m pytest -q -m "not soak and not slow" -n 3 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
@@ -60,7 +79,7 @@ test: s3jars
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
 # (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
-soak: s3jars
+soak: s3jars emulators
 	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py tests/interop/test_histories.py
@@ -77,7 +96,7 @@ soak: s3jars
 	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
 		tests/volume_stream/test_group_commit_kills.py
 
-bench: s3jars
+bench: s3jars emulators
 	$(PY) -m benchmarks
 
 lint: $(STAMP)
@@ -86,4 +105,4 @@ lint: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir .site   # a broken link fails
 
 clean:
-	rm -rf $(VENV) .pytest_cache warehouse .bench .site
+	rm -rf $(VENV) .pytest_cache warehouse .bench .site .go

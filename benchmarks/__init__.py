@@ -5,7 +5,8 @@ baseline measured in the same run, their ratio, the target and PASS/MISS) throug
 `--quick` runs the smallest sizes (used by the smoke test), `--only NAME` a subset; a JSON
 summary goes to `.bench/results.json`.
 
-    discovery    new files in a 1k/10k/100k-file local volume vs Spark's file source
+    discovery    new files in a 1k/10k/100k-file local volume vs Spark's file source (and in a
+                 10k-object gs:// volume vs a GCS-listing poller)
     stream_read  1k changes read from a 10k- and a 1M-row directory table
     apply        10k events applied to a 1M-row directory table vs raw delta-rs writes
     scale        10-event and 10k-event batches, change reads and optimize at 10M rows
@@ -16,7 +17,8 @@ summary goes to `.bench/results.json`.
     sqs          20k pending S3 event messages drained into versions vs raw SQS receive+delete
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
     shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
-    latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
+    latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto;
+                 GCS+Pub/Sub on fake-gcs-server and pstest)
     backfill     refresh of a 1M-file local tree vs a raw os.scandir walk
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;

@@ -65,6 +65,9 @@ KINDS = {
     "s3": "ThreadedMotoServer",
     "oss_env": "export ALIBABA_CLOUD_ACCESS_KEY_ID=",
     "oss": "vs.MnsNotification(",
+    # docs/gcs.md
+    "gcs": 'bucket.notification(topic_name="landing"',
+    "gcs_deploy": "gcloud storage buckets notifications create gs://landing-bucket",
     # docs/daemon.md
     "daemon_start": "volume-stream daemon --config examples/volume-stream.toml",
     "daemon_other_shell": "echo hello > demo-data/landing/hello.txt",
@@ -115,6 +118,8 @@ NOT_RUN = {
              "examples/demo.py, which tests/test_demo.py runs as make does",
     "remote": "needs a daemon serving Spark Connect (a second Spark application); "
               "tests/volume_stream/test_spark_connect.py runs these commands against one",
+    "gcs_deploy": "needs a Google Cloud project; tests/test_deploy_gcp.py checks that these are "
+                  "deploy/gcp/README.md's commands and that they agree with the code",
     "cluster": "needs a YARN cluster and an S3 bucket; tests/warehouse/test_cluster.py runs "
                "the same job with --master local-cluster[2,1,1024] against moto",
 }

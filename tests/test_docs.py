@@ -129,6 +129,18 @@ def test_s3_block_runs_as_printed(tmp_path):
     assert "HTTP/1.1" not in stderr[0], stderr[0][-2000:]  # moto's server logs no request
 
 
+def test_gcs_block_runs_as_printed(tmp_path):
+    """docs/gcs.md on the emulators `make install` built (its fixed ports made free ones)."""
+    from tests.gcp_fixtures import free_port
+
+    code = block("gcs")
+    for port in ("8085", "4443"):
+        code = code.replace(port, str(free_port()))
+    outputs = run_python([("gcs", code)], sandbox(tmp_path), {
+        "PUBSUB_EMULATOR_HOST": "", "STORAGE_EMULATOR_HOST": ""})
+    check_prints("gcs", outputs["gcs"])
+
+
 def test_oss_blocks_run_as_printed(tmp_path, mns_server, oss_server):  # noqa: F811
     shell(block("oss_env"), tmp_path)  # sets the variables the Python block reads
     vol = make_volume(mns_server, oss_server)

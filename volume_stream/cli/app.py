@@ -45,7 +45,7 @@ from volume_stream.cli._progress import refresh_progress
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
-from volume_stream.volumes.notifications import LocalNotification
+from volume_stream.volumes.notifications import LocalNotification, notification_for
 from volume_stream.warehouse import STREAM, VOLUME
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
@@ -91,12 +91,24 @@ def volume_create(
         show_default=False)] = None,
     if_not_exists: Annotated[bool, typer.Option(
         "--if-not-exists", help="Leave a volume of that name as it is.")] = False,
+    notification: Annotated[str | None, typer.Option(
+        help="The queue its events arrive on: an SQS queue URL (s3://), a Pub/Sub "
+             "subscription projects/P/subscriptions/S (gs://).", metavar="QUEUE")] = None,
+    option: Annotated[list[str] | None, typer.Option(
+        help="A connector option KEY=VALUE (endpoint, project, ...); repeatable.",
+        metavar="KEY=VALUE")] = None,
     warehouse: Warehouse = None,
 ) -> None:
-    """Register a folder as a volume (its directory table starts empty: run refresh)."""
+    """Register a folder or bucket prefix as a volume (its directory table starts empty: run
+    refresh)."""
     options: dict[str, Any] = {"data_retention_days": retention_days}
     if deletion_vectors is not None:
         options["deletion_vectors"] = deletion_vectors
+    for item in option or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInputError(f"--option takes KEY=VALUE, not {item!r}")
+        options[key.strip()] = value
     if include:
         options["include"] = include
     if exclude:
@@ -105,12 +117,19 @@ def volume_create(
     existed = if_not_exists and (VOLUME, name) in cat.warehouse.read()
     spec = cat.create_volume(
         name, location, recursive=recursive, replace=replace, if_not_exists=if_not_exists,
-        notification=LocalNotification(polling=True) if polling else None, **options)
+        notification=_notification(location, notification, polling), **options)
     if existed:
         out.print(f"volume [bold]{spec.name}[/bold] exists (at {escape(spec.location)}); left "
                   f"as it is")
         return
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
+
+
+def _notification(location: str, queue: str | None, polling: bool) -> Any:
+    if queue is None:
+        return LocalNotification(polling=True) if polling else None
+    return notification_for(location.split("://", 1)[0].lower() if "://" in location else "file",
+                            queue)
 
 
 @volume_app.command("upgrade")

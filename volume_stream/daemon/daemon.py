@@ -378,10 +378,11 @@ def queue_missing(cfg: VolumeConfig, stored: dict[str, Any] | None) -> str | Non
     or None. Without it the daemon would retry opening its listener for ever."""
     location = str(cfg.location or (stored or {}).get("location") or "")
     scheme = location.split("://", 1)[0].lower() if "://" in location else ""
-    if scheme not in ("s3", "s3a", "oss") or cfg.notification \
+    if scheme not in ("s3", "s3a", "oss", "gs") or cfg.notification \
             or (stored or {}).get("notification"):
         return None
-    kind = "AWS_SQS (queue_url = ...)" if scheme != "oss" else "ALIYUN_MNS (queue_name = ...)"
+    kind = {"oss": "ALIYUN_MNS (queue_name = ...)",
+            "gs": "GCP_PUBSUB (subscription = ...)"}.get(scheme, "AWS_SQS (queue_url = ...)")
     return (f"volume on {location} has no notification queue to listen to: add notification = "
             f"{{ type = {kind} }}, or enabled = false to only refresh it by hand")
 

@@ -1,8 +1,9 @@
 """What a CREATE EXTERNAL VOLUME statement means: the `create_volume` call it makes, with its
 notification, connector options and credentials, worked out without creating anything.
 
-`QUEUE_TYPE = 'ALICLOUD_MNS' | 'AWS_SQS' | 'LOCAL'` maps onto `MnsNotification`,
-`SqsNotification` or `LocalNotification`. The MNS endpoint and the SQS queue URL are derived from
+`QUEUE_TYPE = 'ALICLOUD_MNS' | 'AWS_SQS' | 'GCP_PUBSUB' | 'LOCAL'` maps onto `MnsNotification`,
+`SqsNotification`, `PubSubNotification` (QUEUE_NAME is the subscription,
+'projects/P/subscriptions/S') or `LocalNotification`. The MNS endpoint and the SQS queue URL are derived from
 the connection's role ARN (its account) and region unless given as ENDPOINT / QUEUE_URL; other
 NOTIFICATION options are checked against the listener's own parameters. A connection gives its
 endpoint (and region, for S3) as connector options and its credentials' variables, read when
@@ -42,7 +43,7 @@ CREDENTIALS = {
            "SESSION_TOKEN": "aws_session_token"},
 }
 _SCHEMES = {"OSS": "oss", "S3": "s3"}
-_QUEUE_TYPES = {"ALICLOUD_MNS": "oss", "AWS_SQS": "s3", "LOCAL": "file"}
+_QUEUE_TYPES = {"ALICLOUD_MNS": "oss", "AWS_SQS": "s3", "GCP_PUBSUB": "gs", "LOCAL": "file"}
 _ROLE_ACCOUNT = re.compile(r"^(?:acs:ram::|arn:aws[\w-]*:iam::)(\d+):role/")
 
 
@@ -132,6 +133,16 @@ def _listener_options(qtype: str) -> set[str]:
     """The options a notification may pass on to its listener (and, for SQS, to boto3)."""
     if qtype == "ALICLOUD_MNS":
         from connectors.alicloud.listener import MnsListener as listener
+    elif qtype == "GCP_PUBSUB":
+        import dataclasses
+
+        from connectors.gcp.client import GcpOptions
+        from connectors.gcp.listener import PubSubListener as listener
+
+        names = {p.name for p in inspect.signature(listener.__init__).parameters.values()
+                 if p.kind is p.KEYWORD_ONLY}
+        return (names | {f.name for f in dataclasses.fields(GcpOptions)}) - {
+            "bucket", "prefix", "recursive", "suffix"}
     else:
         import dataclasses
 
@@ -151,8 +162,8 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
         return None
     where = stmt.notification_token
     if "QUEUE_TYPE" not in note:
-        raise SqlSyntaxError("NOTIFICATION needs QUEUE_TYPE ('ALICLOUD_MNS', 'AWS_SQS' or "
-                             "'LOCAL')", where.line, where.column)
+        raise SqlSyntaxError("NOTIFICATION needs QUEUE_TYPE ('ALICLOUD_MNS', 'AWS_SQS', "
+                             "'GCP_PUBSUB' or 'LOCAL')", where.line, where.column)
     type_prop = note.pop("QUEUE_TYPE")
     qtype = str(literal(type_prop, "QUEUE_TYPE", str)).upper()
     if qtype not in _QUEUE_TYPES:
@@ -197,6 +208,8 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
     if queue is None:
         raise SqlSyntaxError(f"QUEUE_TYPE '{qtype}' needs QUEUE_NAME", where.line, where.column)
     queue_name = str(queue.value)
+    if qtype == "GCP_PUBSUB":  # QUEUE_NAME is the subscription's full name
+        return NotificationPlan("GCP_PUBSUB", (queue_name,), extra)
     account = _account(conn, note)
     if qtype == "ALICLOUD_MNS":
         endpoint = str(note["ENDPOINT"].value) if "ENDPOINT" in note else None

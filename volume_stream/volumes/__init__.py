@@ -1,7 +1,7 @@
 """Volumes: where files live, how their events arrive, and which files count (DESIGN §2).
 
     spec           VolumeSpec (stored form, include/exclude/recursion predicate)
-    notifications  LocalNotification, SqsNotification, MnsNotification
+    notifications  LocalNotification, SqsNotification, MnsNotification, PubSubNotification
     backends       scheme → connector lister / reader / listener; normalize_location
     refresh        listing → file events (the diff a refresh commits)
     batching       group commit: gather, BatchLimits, CommitModel
@@ -19,6 +19,7 @@ from volume_stream.volumes.backends import (
 from volume_stream.volumes.notifications import (
     LocalNotification,
     MnsNotification,
+    PubSubNotification,
     SqsNotification,
     notification_from_dict,
     notification_types,
@@ -32,6 +33,7 @@ __all__ = [
     "Backend",
     "LocalNotification",
     "MnsNotification",
+    "PubSubNotification",
     "SqsNotification",
     "VolumeSpec",
     "backend_for",

@@ -1,6 +1,7 @@
 """Backends: how to list, read and listen to the volumes of one URL scheme (DESIGN §2, §6).
 
-`file://` is served by the local connector, `s3://` by S3 + SQS and `oss://` by OSS + MNS. Each
+`file://` is served by the local connector, `s3://` by S3 + SQS, `oss://` by OSS + MNS and
+`gs://` by GCS + Pub/Sub. Each
 backend builds the connector's lister (for refresh), reader (for pipelines) and listener (for
 watch) from a volume's spec. Options that are not volume-stream's own (`OWN_OPTIONS`: endpoint,
 region, profile, credentials...) go to the connector.
@@ -23,6 +24,7 @@ from volume_stream.errors import ConfigError, InvalidInputError
 from volume_stream.volumes.notifications import (
     LocalNotification,
     MnsNotification,
+    PubSubNotification,
     SqsNotification,
 )
 from volume_stream.volumes.spec import VolumeSpec
@@ -231,11 +233,33 @@ def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
                        recursive=spec.recursive, **{**creds, **note.options})
 
 
+# ---------------------------------------------------------------------- GCS + Pub/Sub
+_gcs_lister, _gcs_reader = _store_connectors("connectors.gcp.store", "GcsLister", "GcsReader",
+                                            _connector_options)
+
+
+def _gcs_options() -> frozenset[str]:
+    from connectors.gcp.client import GcpOptions
+
+    return frozenset({f.name for f in dataclasses.fields(GcpOptions)})
+
+
+def _pubsub_listener(spec: VolumeSpec, notification: Any) -> Listener:
+    from connectors.gcp.listener import PubSubListener
+
+    note = _expect(spec, notification, PubSubNotification)
+    bucket, prefix = _bucket_prefix(spec)
+    # the volume's client options (project, credentials, emulators) serve Pub/Sub too
+    return PubSubListener(note.subscription, bucket=bucket, prefix=prefix,
+                          recursive=spec.recursive, **{**_connector_options(spec), **note.options})
+
+
 BACKENDS: dict[str, Backend] = {
     "file": Backend(_local_lister, _local_reader, _local_listener,
                     lambda: frozenset({"content_hash"})),
     "s3": Backend(_s3_lister, _s3_reader, _sqs_listener, _s3_options),
     "oss": Backend(_oss_lister, _oss_reader, _mns_listener, _oss_known),
+    "gs": Backend(_gcs_lister, _gcs_reader, _pubsub_listener, _gcs_options),
 }
 
 
