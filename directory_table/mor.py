@@ -187,10 +187,13 @@ def _marks(stored: pa.Table, entries: list[FileEntry], store: Store,
         rows = BitMap(marked_rows(entry, store).tolist())
         rows.update(part_pos.tolist())
         changed.append((entry, rows))
-    big = [rows for entry, rows in changed
-           if len(rows) < (entry.rows or 0) and len(dv.encode(rows)) > dv.INLINE_MAX_BYTES]
+    # a file whose every row is now marked is removed, not given a DV; a small DV goes inline
+    kept = [(entry, rows) for entry, rows in changed if len(rows) < (entry.rows or 0)]
+    inline = {id(rows): dv.inline(rows) for _, rows in kept
+              if len(dv.encode(rows)) <= dv.INLINE_MAX_BYTES}
+    big = [rows for _, rows in kept if id(rows) not in inline]
     name, body, in_file = dv.pack_file(big) if big else (None, b"", [])
-    file_descriptors = iter(in_file)
+    descriptors = {**inline, **{id(rows): d for rows, d in zip(big, in_file, strict=True)}}
     actions: list[dict] = []
     for entry, rows in changed:
         stamp_remove = {"path": entry.path, "dataChange": True, "extendedFileMetadata": True,
@@ -199,10 +202,9 @@ def _marks(stored: pa.Table, entries: list[FileEntry], store: Store,
         if entry.dv is not None:
             stamp_remove["deletionVector"] = entry.dv.to_json()
         actions.append({"remove": stamp_remove})
-        if len(rows) >= (entry.rows or 0):
+        descriptor = descriptors.get(id(rows))
+        if descriptor is None:
             continue  # every row of the file is gone: the file goes
-        descriptor = (next(file_descriptors) if len(dv.encode(rows)) > dv.INLINE_MAX_BYTES
-                      else dv.inline(rows))
         stats = json.loads(entry.stats) if entry.stats else {"numRecords": entry.rows}
         stats["tightBounds"] = False
         actions.append({"add": {"path": entry.path,
