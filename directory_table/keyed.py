@@ -4,7 +4,7 @@
 The index (`directory_table.keyindex`) is a cache, never the truth. `KeyCache.at(version)`
 returns it at exactly `version` or nothing:
 
-* opened from its folder (`<root>/<table id>`, on a local disk), built from the table's live
+* opened from its folder (`<root>/<table id>-<crc32 of its location>`, on a local disk), built from the table's live
   rows when it is missing, damaged, of another table, or ahead of the table;
 * caught up commit by commit when it is behind (another writer committed, or our own commit):
   each commit's newly added data files are read (their live rows are the entries that moved
@@ -27,6 +27,7 @@ import logging
 import os
 import tempfile
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -165,7 +166,8 @@ class KeyCache:
 
     def _acquire(self, table_id: str) -> bool:
         """Hold this table's index folder (False: another process holds it)."""
-        folder = Path(self.root) / table_id
+        # a copy of a table keeps its id: the folder names the location too
+        folder = Path(self.root) / f"{table_id}-{zlib.crc32(self.uri.encode()):08x}"
         folder.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(f"{folder}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
