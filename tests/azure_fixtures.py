@@ -41,6 +41,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SESSION_CHILDREN
 from tests.s3_warehouse_fixtures import free_port, stop_process
 
 __all__ = ["ACCOUNT", "AZURITE_KEY", "AzureRig", "azure_env", "azure_rig", "azurite",
@@ -115,8 +116,10 @@ def azurite() -> Iterator[Azurite]:
     """One Azurite for the session (blob + queue, in memory)."""
     workdir = tempfile.mkdtemp(prefix="azurite-")
     proc, emulator = start_azurite(workdir)
+    SESSION_CHILDREN.add(proc.pid)  # may start inside a test (getfixturevalue): not its leak
     yield emulator
     stop_process(proc)
+    SESSION_CHILDREN.discard(proc.pid)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -178,7 +181,7 @@ class AzureRig:
     schema: str = "eventgrid"
     _counter: Any = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    held: list[str] = field(default_factory=list)
+    account: str = ACCOUNT
 
     @property
     def blobs(self) -> Any:

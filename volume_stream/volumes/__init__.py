@@ -1,7 +1,7 @@
 """Volumes: where files live, how their events arrive, and which files count (DESIGN §2).
 
     spec           VolumeSpec (stored form, include/exclude/recursion predicate)
-    notifications  LocalNotification, SqsNotification, MnsNotification
+    notifications  LocalNotification, SqsNotification, MnsNotification, AzureQueueNotification
     backends       scheme → connector lister / reader / listener; normalize_location
     refresh        listing → file events (the diff a refresh commits)
     batching       group commit: gather, BatchLimits, CommitModel
@@ -17,6 +17,7 @@ from volume_stream.volumes.backends import (
     normalize_location,
 )
 from volume_stream.volumes.notifications import (
+    AzureQueueNotification,
     LocalNotification,
     MnsNotification,
     SqsNotification,
@@ -29,6 +30,7 @@ __all__ = [
     "BACKENDS",
     "OWN_OPTIONS",
     "SECRET_OPTION_KEYS",
+    "AzureQueueNotification",
     "Backend",
     "LocalNotification",
     "MnsNotification",

@@ -19,8 +19,8 @@ from typing import Any
 from connectors.secrets import hide, is_secret
 from volume_stream.errors import ConfigError
 
-__all__ = ["LocalNotification", "MnsNotification", "SqsNotification", "notification_from_dict",
-           "notification_types"]
+__all__ = ["AzureQueueNotification", "LocalNotification", "MnsNotification", "SqsNotification",
+           "notification_from_dict", "notification_types"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,34 @@ class MnsNotification(_Notification):
         return {"endpoint": self.endpoint, "queue_name": self.queue_name}
 
 
+class AzureQueueNotification(_Notification):
+    """Azure Blob Storage events (Event Grid `BlobCreated` / `BlobDeleted`, Event Grid or
+    CloudEvents schema) delivered to a Storage Queue.
+
+    Args:
+        queue_name: The queue the Event Grid subscription delivers to.
+        **options: `AzureQueueListener` options (wait_seconds, poll_interval_s,
+            visibility_timeout, max_dequeue_count, poison_queue, queue_account...) and client
+            options (queue_endpoint, connection_string, account_key, sas_token,
+            use_emulator...); by default the volume's, then AZURE_STORAGE_CONNECTION_STRING,
+            then DefaultAzureCredential.
+    """
+
+    type = "AZURE_STORAGE_QUEUE"
+
+    def __init__(self, queue_name: str, **options: Any):
+        super().__init__(**options)
+        self.queue_name = queue_name
+
+    def _where(self) -> dict[str, Any]:
+        return {"queue_name": self.queue_name}
+
+
 NOTIFICATIONS: dict[str, type] = {
     LocalNotification.type: LocalNotification,
     SqsNotification.type: SqsNotification,
     MnsNotification.type: MnsNotification,
+    AzureQueueNotification.type: AzureQueueNotification,
 }
 
 
