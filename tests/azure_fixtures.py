@@ -44,7 +44,8 @@ import pytest
 from tests.conftest import SESSION_CHILDREN
 from tests.s3_warehouse_fixtures import free_port, stop_process
 
-__all__ = ["ACCOUNT", "AZURITE_KEY", "AzureRig", "azure_env", "azure_rig", "azurite",
+__all__ = ["ACCOUNT", "AZURITE_KEY", "AzureRig", "azure_env", "azure_executors", "azure_rig",
+           "azurite",
            "azurite_binary", "connection_string", "event_message", "start_azurite"]
 
 ACCOUNT = "devstoreaccount1"
@@ -258,3 +259,13 @@ def azure_rig(azure_env: Azurite) -> AzureRig:
     return make_rig(azure_env)
 
 
+
+
+@pytest.fixture
+def azure_executors(spark, azure_env: Azurite, monkeypatch: pytest.MonkeyPatch):
+    """The session's Spark with `azure_env` on its executors too (`spark.executorEnv.*`: its
+    Python workers keep the environment the JVM started with), as a cluster's executors get
+    theirs from their identity or image; yields the session."""
+    monkeypatch.setitem(spark.sparkContext.environment, "AZURE_STORAGE_CONNECTION_STRING",
+                        azure_env.connection_string)
+    return spark
