@@ -180,3 +180,39 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = No
     for row in rows:
         table.add_row(*(Text("" if v is None else str(_jsonable(v))) for v in row.values()))
     out.print(table)
+
+
+def key_values(text: str, flag: str) -> dict[str, Any]:
+    """`a=1,b=x` as {"a": 1, "b": "x"}: true/false and numbers typed as TOML would type them.
+
+    Raises:
+        InvalidInputError: a pair without '=', or a secret's name (credentials come from the
+            environment, never from a command line other users can see).
+    """
+    from connectors.secrets import is_secret
+    from volume_stream.errors import InvalidInputError
+
+    pairs: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidInputError(f"{flag} takes KEY=VALUE pairs separated by ',', not "
+                                    f"{part.split('=')[0]!r}...")
+        if is_secret(key):
+            raise InvalidInputError(f"{flag} {key}: credentials come from the environment "
+                                    "(e.g. AZURE_STORAGE_CONNECTION_STRING), never from the "
+                                    "command line")
+        pairs[key] = _typed(value.strip())
+    return pairs
+
+
+def _typed(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value

@@ -33,6 +33,7 @@ from volume_stream.cli._common import (
     discard_new_warehouses,
     err,
     has_warehouse,
+    key_values,
     out,
     print_rows,
     quiet_py4j_interrupts,
@@ -43,7 +44,7 @@ from volume_stream.cli._progress import refresh_progress
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
-from volume_stream.volumes.notifications import LocalNotification
+from volume_stream.volumes.notifications import LocalNotification, notification_from_dict
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
 # print `<bool>` for flags; click's layout keeps every name whole.
@@ -82,18 +83,38 @@ def volume_create(
     retention_days: Annotated[float, typer.Option(help="Keep versions this long.")] = 7,
     polling: Annotated[bool, typer.Option(help="Poll instead of inotify.")] = False,
     replace: Annotated[bool, typer.Option(help="Replace a volume of that name.")] = False,
+    notification: Annotated[str | None, typer.Option(
+        help="Where an object store's events arrive, as the daemon's notification keys: "
+             "'type=AZURE_STORAGE_QUEUE,queue_name=events' (credentials: from the "
+             "environment, never here).", metavar="KEY=VALUE,...")] = None,
+    option: Annotated[list[str] | None, typer.Option(
+        help="A connector option, e.g. account_name=acct or blob_endpoint=URL (repeatable).",
+        metavar="KEY=VALUE")] = None,
     warehouse: Warehouse = None,
 ) -> None:
-    """Register a folder as a volume (its directory table starts empty: run refresh)."""
-    options: dict[str, Any] = {"data_retention_days": retention_days}
+    """Register a folder or an object-store prefix as a volume (its directory table starts
+    empty: run refresh)."""
+    options: dict[str, Any] = {"data_retention_days": retention_days,
+                               **key_values(",".join(option or []), "--option")}
     if include:
         options["include"] = include
     if exclude:
         options["exclude"] = exclude
+    note: Any = LocalNotification(polling=True) if polling else None
+    if notification:
+        note = _notification(key_values(notification, "--notification"))
     spec = _catalog(warehouse, create=True).create_volume(
-        name, location, recursive=recursive, replace=replace,
-        notification=LocalNotification(polling=True) if polling else None, **options)
+        name, location, recursive=recursive, replace=replace, notification=note, **options)
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
+
+
+def _notification(keys: dict[str, Any]) -> Any:
+    """The notification `--notification` describes (as the daemon's TOML keys do)."""
+    keys["type"] = str(keys.get("type", "")).upper()
+    try:
+        return notification_from_dict(keys)
+    except TypeError as exc:  # a missing or unknown argument of the notification class
+        raise InvalidInputError(f"--notification type={keys['type']}: {exc}") from None
 
 
 @volume_app.command("list")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from connectors.secrets import hide, is_secret
-from volume_stream.errors import ConfigError
+from volume_stream.errors import ConfigError, InvalidInputError
 
 __all__ = ["AzureQueueNotification", "LocalNotification", "MnsNotification", "SqsNotification",
            "notification_from_dict", "notification_types"]
@@ -120,11 +120,33 @@ class AzureQueueNotification(_Notification):
     type = "AZURE_STORAGE_QUEUE"
 
     def __init__(self, queue_name: str, **options: Any):
+        if not queue_name or not isinstance(queue_name, str):
+            raise InvalidInputError(f"AzureQueueNotification needs a queue name, not "
+                                    f"{queue_name!r}")
+        unknown = sorted(set(options) - azure_queue_options())
+        if unknown:
+            raise InvalidInputError(f"unknown AzureQueueNotification option(s) {unknown}; "
+                                    f"known: {sorted(azure_queue_options())}")
         super().__init__(**options)
         self.queue_name = queue_name
 
     def _where(self) -> dict[str, Any]:
         return {"queue_name": self.queue_name}
+
+
+def azure_queue_options() -> frozenset[str]:
+    """What an `AzureQueueNotification` may pass on: the listener's keyword parameters and the
+    Azure client options (imported when first asked: the Azure SDK is not loaded before)."""
+    import dataclasses
+    import inspect
+
+    from connectors.azure.client import AzureOptions
+    from connectors.azure.listener import AzureQueueListener
+
+    params = inspect.signature(AzureQueueListener.__init__).parameters.values()
+    named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    return frozenset(named - {"container", "prefix", "recursive", "suffix", "account"}
+                     | {f.name for f in dataclasses.fields(AzureOptions)})
 
 
 NOTIFICATIONS: dict[str, type] = {
