@@ -58,12 +58,12 @@ def test_sql_create_external_volume_on_abfss(tmp_path, azure_rig):
     azure_rig.put("in/a.csv", b"abc")
     assert cat.watch("landing", until_idle=True, timeout=60, refresh=False).versions == [1]
     with pytest.raises(vs.SqlSyntaxError, match="needs a abfss:// location"):
-        cat.sql(f"CREATE EXTERNAL VOLUME bad LOCATION 's3://b/in/' "
-                f"NOTIFICATION = (QUEUE_TYPE = 'AZURE_STORAGE_QUEUE', QUEUE_NAME = 'q')")
+        cat.sql("CREATE EXTERNAL VOLUME bad LOCATION 's3://b/in/' "
+                "NOTIFICATION = (QUEUE_TYPE = 'AZURE_STORAGE_QUEUE', QUEUE_NAME = 'q')")
     with pytest.raises(vs.SqlSyntaxError, match="unknown NOTIFICATION option COLOUR"):
-        cat.sql(f"CREATE EXTERNAL VOLUME bad LOCATION 'az://c/in/' "
-                f"NOTIFICATION = (QUEUE_TYPE = 'AZURE_STORAGE_QUEUE', QUEUE_NAME = 'q', "
-                f"COLOUR = 'blue')")
+        cat.sql("CREATE EXTERNAL VOLUME bad LOCATION 'az://c/in/' "
+                "NOTIFICATION = (QUEUE_TYPE = 'AZURE_STORAGE_QUEUE', QUEUE_NAME = 'q', "
+                "COLOUR = 'blue')")
     info = StatusSource(cat).volume("landing", commits=1)
     assert (info["location"], info["files"], info["notification"]) == (
         location(azure_rig), 1, "AZURE_STORAGE_QUEUE")
