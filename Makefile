@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Azurite, Microsoft's Blob/Queue emulator, for the Azure tests and benchmarks (tests never
+# download: they start it from here)
+AZURITE := $(VENV)/node/node_modules/.bin/azurite
 
-.PHONY: install jars demo test soak bench lint clean
+.PHONY: install jars emulators demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
@@ -20,7 +23,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 	@echo "==> installed: the command is $(VENV)/bin/volume-stream; after . $(VENV)/bin/activate it is on PATH"
 
-install: $(STAMP)
+install: $(STAMP) emulators
+
+# the emulators the tests start: Azurite 3.x from npm into $(VENV)/node (Node.js >= 18)
+emulators: $(AZURITE)
+
+$(AZURITE): | $(STAMP)
+	@echo "==> Azurite (Azure Blob/Queue emulator) from npm into $(VENV)/node"
+	mkdir -p $(VENV)/node
+	npm install --no-audit --no-fund --prefix $(VENV)/node azurite@3
 
 # the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
 jars: $(STAMP)
@@ -36,7 +47,7 @@ demo: $(STAMP)
 # its own Spark): a worker waits on its subprocesses, daemons and JVMs a third of the time, so
 # a third one keeps both cores busy (measured under the same load: 21 min 27 s on two
 # workers, 15 min 43 s on three, the same CPU time)
-test: $(STAMP)
+test: $(STAMP) emulators
 	$(PY) -m pytest -q -m "not soak and not slow" -n 3 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
@@ -50,7 +61,7 @@ test: $(STAMP)
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
 # (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
-soak: $(STAMP)
+soak: $(STAMP) emulators
 	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py tests/interop/test_histories.py
@@ -67,7 +78,7 @@ soak: $(STAMP)
 	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
 		tests/volume_stream/test_group_commit_kills.py
 
-bench: $(STAMP)
+bench: $(STAMP) emulators
 	$(PY) -m benchmarks
 
 lint: $(STAMP)

@@ -16,6 +16,8 @@ summary goes to `.bench/results.json`.
     tables       Table Stream STANDARD read at 10k/10M rows; UPDATE vs raw DeltaTable.update
     shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto)
+    azure        the same on Azure Blob + a Storage Queue (Azurite) vs a listing poller, and
+                 10 new blobs in a 10k-blob volume (latency.azure, discovery.azure)
     backfill     refresh of a 1M-file local tree vs a raw os.scandir walk
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
@@ -33,6 +35,7 @@ To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports t
 from benchmarks import (
     apply,
     backfill,
+    bench_azure,
     bench_latency,
     bench_pipeline,
     bench_sqs,
@@ -52,7 +55,7 @@ from benchmarks import (
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery,
-                                  bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
-                                  warehouse, inventory, filesize, status, interop)}
+                                  bench_latency, bench_azure, backfill, bench_sqs, bench_pipeline,
+                                  tables, cli, warehouse, inventory, filesize, status, interop)}
 
 __all__ = ["BENCHMARKS"]

@@ -16,7 +16,8 @@ real account adds (Event Grid's own delivery delay, typically sub-second) is not
   to the 10 INSERTs readable with a `Catalog.watch` loop, against one `refresh` (a List Blobs of
   the 10k and the diff), the least a listing poller pays to see them.
 
-    python -m benchmarks.bench_azure [--quick]
+    python -m benchmarks.bench_azure [--quick]        # alone
+    python -m benchmarks --only azure                 # with the others
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from benchmarks.bench_latency import (
 )
 
 NAME = "azure"
+TITLE = "Azure Blob Storage volumes on Azurite: latency and discovery"
 RATIO_TARGET = 0.2
 DISCOVERY_EXISTING = 10_000
 
@@ -160,6 +162,11 @@ def run_discovery(ctx: Context, quick: bool) -> None:
         details={"ours_s": ours}))
 
 
+def run(ctx: Context) -> None:
+    run_latency(ctx, QUICK if ctx.quick else FULL)
+    run_discovery(ctx, ctx.quick)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_azure",
                                      description=__doc__.splitlines()[0])
@@ -167,11 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = Report(echo=lambda line: print(line, flush=True))
     ctx = Context(report, quick=args.quick)
-    section = report.begin(NAME, "Azure Blob Storage volumes on Azurite")
+    section = report.begin(NAME, TITLE)
     started = time.perf_counter()
     try:
-        run_latency(ctx, QUICK if args.quick else FULL)
-        run_discovery(ctx, args.quick)
+        run(ctx)
     finally:
         section.seconds = time.perf_counter() - started
         ctx.close()
