@@ -101,9 +101,9 @@ def volume_create(
     notification: Annotated[str | None, typer.Option(
         help="Where its events arrive: an SQS queue URL (s3://), a Pub/Sub subscription "
              "projects/P/subscriptions/S (gs://), a Storage Queue's name (abfss://, az://); "
-             "or the daemon's notification keys, e.g. "
-             "'type=AZURE_STORAGE_QUEUE,queue_name=events,wait_seconds=5' (credentials: from "
-             "the environment, never here).", metavar="QUEUE|KEY=VALUE,...")] = None,
+             "or the notification's keys as in the daemon's TOML, e.g. "
+             "queue_name=q,wait_seconds=5 (type=... for another kind; credentials come from "
+             "the environment, never from here).", metavar="QUEUE|KEY=VALUE,...")] = None,
     option: Annotated[list[str] | None, typer.Option(
         help="A connector option KEY=VALUE (endpoint, project, account_name, blob_endpoint, "
              "...); repeatable.", metavar="KEY=VALUE")] = None,
