@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Azurite, Microsoft's Blob/Queue emulator, for the Azure tests and benchmarks (tests never
-# download: they start it from here)
-AZURITE := $(VENV)/node/node_modules/.bin/azurite
+# the jar groups `make install` fetches: Delta Lake's Spark connector; add s3 (hadoop-aws and
+# the AWS SDK, ~690 MB) where Spark reads s3a:// paths: make install JARS="delta s3" (as CI
+# does), or later `volume-stream jars fetch s3`
+JARS   ?= delta
 
-.PHONY: install jars emulators demo test soak bench lint clean
+.PHONY: install emulators jars s3jars demo test soak bench lint clean
 
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing volume-stream, PySpark, delta-rs, moto and the dev tools"
@@ -15,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e ".[dev]"
-	@echo "==> fetching the JVM jars once into $(VENV)/jars: Delta Lake's Spark connector, and"
-	@echo "    hadoop-aws with the AWS SDK for s3a:// (tests and the demo never download them)"
-	$(PY) -m volume_stream._jars fetch
+	@echo "==> fetching the JVM jars once into $(VENV)/jars: $(JARS) (delta: Delta Lake's Spark"
+	@echo "    connector; s3: hadoop-aws with the AWS SDK for s3a://; tests never download them)"
+	$(PY) -m volume_stream._jars fetch $(JARS)
 	@echo "==> a class-data archive of Spark's classes, so each local Spark starts in about half the CPU"
 	$(PY) -m volume_stream._cds
 	touch $(STAMP)
@@ -25,18 +26,44 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) emulators
 
-# the emulators the tests start: Azurite 3.x from npm into $(VENV)/node (Node.js >= 18)
-emulators: $(AZURITE)
+# the emulators the tests start (tests/gcp_fixtures.py), built from the Go module proxy into
+# $(VENV)/bin once: fake-gcs-server (GCS, publishing its bucket notifications to Pub/Sub) and
+# pstest, the Go client library's Pub/Sub fake, in a small program (tests/emulators/pstest).
+# GOPATH and the build cache live in .go/ (writable, ignored by git)
+GO       ?= go
+GO_ENV   := GOPATH=$(CURDIR)/.go GOCACHE=$(CURDIR)/.go/cache GOFLAGS=-mod=mod GOTOOLCHAIN=local
+FAKE_GCS := github.com/fsouza/fake-gcs-server@v1.56.1
+GCS_EMULATORS := $(VENV)/bin/fake-gcs-server $(VENV)/bin/pstest
+
+$(VENV)/bin/fake-gcs-server: | $(STAMP)
+	@echo "==> building fake-gcs-server ($(FAKE_GCS)) into $(VENV)/bin (about 2 minutes once)"
+	$(GO_ENV) GOBIN=$(abspath $(VENV))/bin $(GO) install $(FAKE_GCS)
+
+$(VENV)/bin/pstest: tests/emulators/pstest/main.go tests/emulators/pstest/go.mod | $(STAMP)
+	@echo "==> building the Pub/Sub fake (tests/emulators/pstest) into $(VENV)/bin"
+	cd tests/emulators/pstest && $(GO_ENV) $(GO) build -o $(abspath $(VENV))/bin/pstest .
+
+# Azurite 3.x, Microsoft's Blob/Queue emulator (tests/azure_fixtures.py), from npm into
+# $(VENV)/node once (Node.js >= 18)
+AZURITE := $(VENV)/node/node_modules/.bin/azurite
 
 $(AZURITE): | $(STAMP)
 	@echo "==> Azurite (Azure Blob/Queue emulator) from npm into $(VENV)/node"
 	mkdir -p $(VENV)/node
 	npm install --no-audit --no-fund --prefix $(VENV)/node azurite@3
 
-# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there)
+emulators: $(GCS_EMULATORS) $(AZURITE)
+
+# the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there;
+# make jars JARS="delta s3" adds the s3a jars and builds the archive for the new class path)
 jars: $(STAMP)
-	$(PY) -m volume_stream._jars fetch
+	$(PY) -m volume_stream._jars fetch $(JARS)
 	$(PY) -m volume_stream._cds
+
+# the suite writes s3a:// (moto) through Spark: the s3 jars once (a no-op when fetched; when
+# new, the class-data archive is built again for the longer class path)
+s3jars: $(STAMP)
+	$(PY) -m volume_stream.cli jars fetch s3
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
@@ -47,7 +74,7 @@ demo: $(STAMP)
 # its own Spark): a worker waits on its subprocesses, daemons and JVMs a third of the time, so
 # a third one keeps both cores busy (measured under the same load: 21 min 27 s on two
 # workers, 15 min 43 s on three, the same CPU time)
-test: $(STAMP) emulators
+test: s3jars emulators
 	$(PY) -m pytest -q -m "not soak and not slow" -n 3 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
@@ -61,7 +88,7 @@ test: $(STAMP) emulators
 # faults while 500 files come and go (tests/warehouse/test_fault_scenario.py; its figures are
 # printed as a FAULT-SCENARIO line), then group commit under a flood with 8 SIGKILLs
 # (tests/volume_stream/test_group_commit_kills.py; a GROUP-COMMIT-KILLS line)
-soak: $(STAMP) emulators
+soak: s3jars emulators
 	$(PY) -m pytest -q -p no:cacheprovider -m "slow and not soak" -k "not killed_at_random"
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -p no:cacheprovider --timeout=0 \
 		tests/volume_stream/test_histories.py tests/interop/test_histories.py
@@ -78,7 +105,7 @@ soak: $(STAMP) emulators
 	$(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 -m soak \
 		tests/volume_stream/test_group_commit_kills.py
 
-bench: $(STAMP) emulators
+bench: s3jars emulators
 	$(PY) -m benchmarks
 
 lint: $(STAMP)
@@ -87,4 +114,4 @@ lint: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir .site   # a broken link fails
 
 clean:
-	rm -rf $(VENV) .pytest_cache warehouse .bench .site
+	rm -rf $(VENV) .pytest_cache warehouse .bench .site .go

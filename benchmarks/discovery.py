@@ -20,6 +20,9 @@ Per N:
   UPDATE_BEFORE/UPDATE_AFTER and DELETE; the file source's sink gets nothing for them (a
   sentinel file written afterwards proves the file source listed the folder after the change).
 
+`discovery.gcs.10k` (benchmarks/latency_gcs.py): 10 new objects in a gs:// volume of 10k on the
+emulators, through the daemon, against a GCS-listing refresh poller.
+
 Ours is measured while the file source is stopped (its listing of the whole folder every
 trigger keeps a core busy); the file source is measured while our watcher also runs.
 """
@@ -441,3 +444,6 @@ def run(ctx: Context) -> None:
         report_size(ctx, result)
         results.append(result)
     report_scaling(ctx, results)
+    from benchmarks.latency_gcs import run_discovery  # a gs:// volume of 10k objects
+
+    run_discovery(ctx)

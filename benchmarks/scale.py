@@ -8,7 +8,8 @@ Lines (full sizes; `--quick` uses 10k/200k rows and fewer commits):
   chunks (`--quick`: 50k) rather than bulk-written; target <= 2x.
 - `scale.batch10k`: 10k events (5k new + 5k overwrites spread) into 10M rows, against the
   copy-on-write floor of that commit measured in the same run (plain pyarrow reading and
-  writing exactly the files it replaced, `benchmarks._floor`); target <= 1.3x.
+  writing exactly the files whose rows it marks, `benchmarks._floor`); target <= 0.3x
+  (merge-on-read, DESIGN §4.8: the batch writes deletion vectors, not those files).
   `scale.batch10k.rate` (INFO) prints its events/s against a raw delta-rs merge of the same
   rows into an unpartitioned copy of the table (the layout of tables before buckets).
 - `scale.local10k`: 10k events over a few folders (every file of 5 existing folders
@@ -51,7 +52,7 @@ NAME = "scale"
 TITLE = "directory table writes, reads and upkeep at 10M rows"
 CACHE = Path(".bench/scale")
 #: bump when the template's content or layout changes
-TEMPLATE_FORMAT = 1
+TEMPLATE_FORMAT = 2  # 2: merge-on-read tables (deletion vectors, DESIGN §4.8)
 APPEND_ROWS = 2_000_000
 
 
@@ -256,11 +257,11 @@ def run_spread(ctx: Context, sizes: Sizes, large: DirectoryTable) -> None:
     report.add(Figure(
         name="scale.batch10k",
         description=f"{count_label(sizes.big_batch)} events (half new, half overwrites spread) "
-                    f"into {big} rows: rewrites {len(removed):,} of {files_before:,} files "
-                    f"({floor_rows:,} rows)",
+                    f"into {big} rows: marks rows of {len(removed):,} of {files_before:,} "
+                    f"files ({floor_rows:,} rows)",
         value=ours_s, unit="s", baseline=floor_s,
         baseline_label="copy-on-write floor: pyarrow read+write of the same files",
-        target="<= 1.3x the floor", passed=ours_s <= 1.3 * floor_s,
+        target="<= 0.3x the floor", passed=ours_s <= 0.3 * floor_s,
         details={"ours_s": ours_s, "floor_s": floor_s, "files_rewritten": len(removed),
                  "files_before": files_before, "rows_rewritten": floor_rows,
                  "updated": result.updated, "inserted": result.inserted}))

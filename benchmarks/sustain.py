@@ -23,10 +23,12 @@ Lines:
   offered rate (ratio = events committed per second / offered); p50/p99 latency and batch
   sizes in the line's details.
 - `sustain.rate2k`: 2k events/s for 60 s (`--quick`: 15 s): PASS when the p50 latency is
-  below 2 s (the baseline printed is that 2 s). Beside it, one spread batch of 2k events
-  applied alone and its copy-on-write floor (plain pyarrow reading and writing exactly the
-  files it replaced, `_floor.cow_floor`): on a large table such a batch touches a large share
-  of the data files, and no batch can commit faster than that floor.
+  below 2 s and the p99 below 5 s (the baseline printed is that 2 s).
+- `sustain.batch2k`: one spread batch of 2k events applied alone against its copy-on-write
+  floor (plain pyarrow reading and writing exactly the files whose rows it marks,
+  `_floor.cow_floor`): on a large table such a batch touches a large share of the data files,
+  and a copy-on-write commit cannot go under that floor; merge-on-read (DESIGN §4.8) must, to
+  <= 0.25x.
 """
 
 from __future__ import annotations
@@ -324,6 +326,16 @@ def run(ctx: Context) -> None:
                     f"one spread {floor['events']:,}-event batch {floor['seconds']:.2f} s, its "
                     f"copy-on-write floor {floor['floor_s']:.2f} s)",
         value=slow["latency_p50_s"], unit="s", baseline=2.0, baseline_label="target 2 s",
-        target="p50 < 2 s", passed=slow["latency_p50_s"] < 2.0,
+        target="p50 < 2 s and p99 < 5 s",
+        passed=slow["latency_p50_s"] < 2.0 and slow["latency_p99_s"] < 5.0,
         details={**slow, "spread_batch_floor": floor}))
+    report.add(Figure(
+        name="sustain.batch2k",
+        description=f"one spread {floor['events']:,}-event batch alone into {rows} rows "
+                    f"(merge-on-read: marks rows of {floor['files_rewritten']:,} files)",
+        value=floor["seconds"], unit="s", baseline=floor["floor_s"],
+        baseline_label=f"copy-on-write floor: pyarrow read+write of those files "
+                       f"({floor['rows_rewritten']:,} rows)",
+        target="<= 0.25x the floor", passed=floor["seconds"] <= 0.25 * floor["floor_s"],
+        details=floor))
     report.note("peak_rss_gib", peak_rss_gib(), f"peak RSS of this run {peak_rss_gib():.2f} GiB")

@@ -11,6 +11,8 @@ week) as a report in a destination bucket:
 seconds on OSS), `fileFormat` (CSV, Parquet, ORC; OSS: CSV), `fileSchema` (the CSV columns:
 "Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag, ...") and
 `files` ([{key, size, MD5checksum}]); `manifest.checksum` holds the MD5 of manifest.json.
+A manifest dated more than `CLOCK_SKEW` after now is refused: its moment would date the
+refresh's deletes ahead of the events that follow it.
 
 `InventoryLister` is a `Lister`: it reads the report one data file at a time (each downloaded
 to a temporary file while its MD5 is computed, checked against the manifest, then decoded in
@@ -18,7 +20,11 @@ record batches), keeps the latest versions of objects that are not delete marker
 volume's prefix (`BucketScope`), and yields them in `LISTING_SCHEMA` exactly as a listing
 would. CSV keys are URL-encoded (`+` a space); Parquet and ORC keys are not. A report that does
 not check out (a checksum, a size, a missing file, a bucket that is not the volume's) raises
-`InventoryError` naming the object, before the caller commits anything.
+`InventoryError` naming the object, before the caller commits anything; so does a row of the
+volume whose Size is not a whole number of bytes or whose LastModifiedDate is not a time (the
+error names the data file and the row, counted from 1): skipping such a row would delete its
+file from the table. A key whose percent-escapes do not decode as UTF-8 (no S3 or OSS key is
+such) is skipped, logged and counted in `malformed`, as unsafe names are.
 
     >>> parse_created("1514944800000"), parse_created("1642994594")
     (datetime.datetime(2018, 1, 3, 2, 0, tzinfo=datetime.timezone.utc), datetime.datetime(2022, 1, 24, 3, 23, 14, tzinfo=datetime.timezone.utc))
@@ -35,9 +41,9 @@ import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import IO, Any
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
 import pyarrow as pa
@@ -50,8 +56,8 @@ from connectors.events import InvalidPathError, valid_paths
 from connectors.protocols import LISTING_SCHEMA, Lister
 from connectors.scope import BucketScope
 
-__all__ = ["InventoryError", "InventoryLister", "Manifest", "newest_manifest", "parse_created",
-           "parse_manifest"]
+__all__ = ["CLOCK_SKEW", "InventoryError", "InventoryLister", "Manifest", "newest_manifest",
+           "parse_created", "parse_manifest"]
 
 log = logging.getLogger("connectors.inventory")
 
@@ -63,6 +69,11 @@ _NEEDED = ("bucket", "key", "size", "last_modified_date", "e_tag")
 #: the timestamp folder of a report: YYYY-MM-DDTHH-MMZ
 _STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z$")
 _BATCH_ROWS = 65_536
+#: how far after this machine's clock a report's `creationTimestamp` may be (the store's clock
+#: and ours disagree a little); a report dated later is refused
+CLOCK_SKEW = timedelta(minutes=5)
+#: a Size as text: decimal digits only (no sign, blank, exponent or fraction), within int64
+_DIGITS = r"^[0-9]{1,18}$"
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,11 @@ def parse_created(value: Any) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def parse_manifest(data: bytes, checksum: bytes | None, url: str) -> Manifest:
+def parse_manifest(data: bytes, checksum: bytes | None, url: str, *,
+                   now: datetime | None = None) -> Manifest:
     """Parse manifest.json (`data`) after checking it against `checksum` (manifest.checksum:
-    its MD5 in hex; None when the report has none, which is refused)."""
+    its MD5 in hex; None when the report has none, which is refused). A `creationTimestamp`
+    more than `CLOCK_SKEW` after `now` (this machine's clock) is refused."""
     if checksum is None:
         raise InventoryError(f"{_sibling(url, 'manifest.checksum')} does not exist: the report "
                              f"is incomplete (still being delivered?)")
@@ -105,9 +118,16 @@ def parse_manifest(data: bytes, checksum: bytes | None, url: str) -> Manifest:
                       for f in doc["files"])
         created = parse_created(doc["creationTimestamp"])
         source = str(doc["sourceBucket"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
         raise InventoryError(f"{url} is not an inventory manifest: {type(exc).__name__}: "
                              f"{exc}") from exc
+    now = now or datetime.now(UTC)
+    if created > now + CLOCK_SKEW:
+        raise InventoryError(
+            f"{url}: creationTimestamp {created:%Y-%m-%d %H:%M:%S} UTC is in the future (it is "
+            f"{now:%Y-%m-%d %H:%M:%S} UTC here, {_minutes(CLOCK_SKEW)} of clock skew allowed): "
+            f"refusing the inventory (its deletes would be dated after the events that follow "
+            f"them)")
     if fmt not in ("CSV", "PARQUET", "ORC"):
         raise InventoryError(f"{url}: unsupported fileFormat {doc['fileFormat']!r} (CSV, "
                              f"Parquet or ORC)")
@@ -130,6 +150,11 @@ def newest_manifest(keys: list[str], source_bucket: str) -> str | None:
             if len(parts) < 4 or parts[-4] == source_bucket:
                 found.append((parts[-2], key))
     return max(found)[1] if found else None
+
+
+def _minutes(span: timedelta) -> str:
+    minutes = span.total_seconds() / 60
+    return f"{minutes:g} minute{'s' if minutes != 1 else ''}"
 
 
 def _sibling(url: str, name: str) -> str:
@@ -167,8 +192,19 @@ class InventoryLister(Lister):
             with tempfile.TemporaryDirectory(prefix="volume-stream-inventory-",
                                              dir=self.spill_dir) as folder:
                 path = self._download(key, size, md5, folder)
+                first = 1  # the row number (from 1) of the batch's first row in the file
                 for batch in self._decode(path, key):
-                    rows = self._rows(batch)
+                    try:
+                        rows = self._rows(batch, first)
+                    except _Unreadable as exc:
+                        where = "" if exc.row is None else f", row {exc.row}"
+                        raise InventoryError(f"{self._url(key)}{where}: {exc}; refusing the "
+                                             f"inventory") from None
+                    except pa.ArrowException as exc:
+                        raise InventoryError(f"{self._url(key)} is not a readable "
+                                             f"{self.manifest.file_format} inventory file: "
+                                             f"{exc}") from exc
+                    first += batch.num_rows
                     if rows.num_rows:
                         yield rows
 
@@ -236,10 +272,17 @@ class InventoryLister(Lister):
         finally:
             stream.close()
 
-    def _rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The batch's current objects under the volume's prefix, in `LISTING_SCHEMA`."""
+    def _rows(self, batch: pa.RecordBatch, first: int = 1) -> pa.RecordBatch:
+        """The batch's current objects under the volume's prefix, in `LISTING_SCHEMA`.
+        `first`: the row number of the batch's first row in its data file (for errors).
+
+        Raises:
+            _Unreadable: a kept row's Size or LastModifiedDate cannot be read.
+        """
         self.rows_read += batch.num_rows
         table = pa.Table.from_batches([batch])
+        table = table.append_column("_row", pa.array(
+            np.arange(first, first + batch.num_rows, dtype=np.int64)))
         csv = self.manifest.file_format == "CSV"
         keep = pc.equal(table["bucket"], self.scope.bucket)
         if "is_latest" in table.column_names:
@@ -249,7 +292,8 @@ class InventoryLister(Lister):
         table = table.filter(keep)
         keys = table["key"]
         if csv:
-            keys = _unquote(keys)
+            keys, undecodable = _unquote(keys)
+            table = table.append_column("_undecodable", undecodable)
         prefix = self.scope.prefix
         inside = pc.starts_with(keys, prefix) if prefix else pc.is_valid(keys)
         table, keys = table.filter(inside), keys.filter(inside)
@@ -265,20 +309,34 @@ class InventoryLister(Lister):
             for e in ends[1:]:
                 any_end = pc.or_(any_end, e)
             keep = pc.and_(keep, any_end)
-        keep = pc.and_(keep, pa.array(self._safe(paths)))
-        table, paths = table.filter(keep), paths.filter(keep)
-        size, modified, etag = (table["size"], table["last_modified_date"], table["e_tag"])
+        keep = pc.fill_null(keep, False).to_numpy(zero_copy_only=False)
         if csv:
-            size = pc.cast(size, pa.int64())
-            modified = _csv_time(modified)
+            keep &= ~self._undecodable(table, keep)
+        table, paths = table.filter(pa.array(keep)), paths.filter(pa.array(keep))
+        keep = self._safe(paths)
+        table, paths = table.filter(pa.array(keep)), paths.filter(pa.array(keep))
+        rows = table["_row"]
+        size = _at_rows(_sizes, table["size"], rows)
+        modified = _at_rows(_times, table["last_modified_date"], rows)
+        etag = table["e_tag"]
         etag = pa.chunked_array([pa.array([normalize_etag(e) for e in etag.to_pylist()],
                                           pa.string())]) if _quoted(etag) else etag
-        out = pa.table({"relative_path": paths, "size": pc.cast(size, pa.int64()),
-                        "last_modified_time": pc.cast(modified, pa.timestamp("us", tz="UTC")),
+        out = pa.table({"relative_path": paths, "size": size, "last_modified_time": modified,
                         "etag": pc.cast(etag, pa.string())}, schema=LISTING_SCHEMA)
         if not out.num_rows:
             return pa.RecordBatch.from_pylist([], schema=LISTING_SCHEMA)
         return out.combine_chunks().to_batches(max_chunksize=out.num_rows)[0]  # no scan
+
+    def _undecodable(self, table: pa.Table, keep: np.ndarray) -> np.ndarray:
+        """True for the kept rows whose key is not UTF-8 once percent-decoded (logged and
+        counted in `malformed`): their decoded text, with U+FFFD in place of the bytes, would
+        be another key's name, or several keys' one."""
+        bad = table["_undecodable"].to_numpy(zero_copy_only=False) & keep
+        for i in np.flatnonzero(bad).tolist():
+            self.malformed += 1
+            log.warning("skipping key %r (row %d of its data file): not UTF-8 once "
+                        "percent-decoded", table["key"][i].as_py(), table["_row"][i].as_py())
+        return bad
 
     def _safe(self, paths: pa.ChunkedArray) -> np.ndarray:
         """False for the paths `validate_relative_path` refuses (counted in `malformed`)."""
@@ -304,31 +362,98 @@ def _true(column: pa.ChunkedArray, *, default: bool) -> pa.ChunkedArray:
     return pc.fill_null(pc.if_else(pc.equal(text, ""), default, pc.equal(text, "true")), default)
 
 
-def _unquote(keys: pa.ChunkedArray) -> pa.ChunkedArray:
+def _unquote(keys: pa.ChunkedArray) -> tuple[pa.ChunkedArray, pa.Array]:
     """URL-decode CSV keys (`+` is a space): on the column, in Python only for the keys with
-    a %-escape."""
+    a %-escape. Returns the keys and, per key, whether its escapes are not UTF-8 (such a key
+    is decoded with U+FFFD for what does not decode, and must be skipped)."""
     escaped = pc.match_substring(keys, "%")
     if not pc.any(escaped).as_py():
-        return pc.replace_substring(keys, "+", " ")
-    values = [unquote_plus(k) if e else k.replace("+", " ")
-              for k, e in zip(keys.to_pylist(), escaped.to_pylist(), strict=True)]
-    return pa.chunked_array([pa.array(values, pa.string())])
+        return pc.replace_substring(keys, "+", " "), pa.repeat(pa.scalar(False), len(keys))
+    values, bad = [], []
+    for k, e in zip(keys.to_pylist(), escaped.to_pylist(), strict=True):
+        if not e:
+            values.append(k.replace("+", " "))
+            bad.append(False)
+            continue
+        raw = unquote_to_bytes(k.replace("+", " "))
+        try:
+            values.append(raw.decode("utf-8"))
+            bad.append(False)
+        except UnicodeDecodeError:
+            values.append(raw.decode("utf-8", "replace"))
+            bad.append(True)
+    return pa.chunked_array([pa.array(values, pa.string())]), pa.array(bad, pa.bool_())
 
 
-def _csv_time(text: pa.ChunkedArray) -> pa.ChunkedArray:
-    """'YYYY-MM-DDTHH:MM:SS.fffZ' (UTC) as timestamps to the millisecond: Arrow's ISO 8601
-    cast, or, when a value does not parse (empty, another layout), field by field with what
-    does not parse as null."""
+class _Unreadable(ValueError):
+    """A value that cannot be read: the one at `index` of the column converted, or (None) the
+    whole column, of a wrong type. `row`: its row number in the data file (`_at_rows`)."""
+
+    def __init__(self, message: str, index: int | None) -> None:
+        super().__init__(message)
+        self.index, self.row = index, index
+
+
+def _at_rows(convert: Callable[[pa.ChunkedArray], pa.Array], column: pa.ChunkedArray,
+             rows: pa.ChunkedArray) -> pa.Array:
+    """`convert(column)`, its `_Unreadable` naming the data file's row number (`rows`)."""
     try:
-        return pc.cast(text, pa.timestamp("ms", tz="UTC"))
-    except pa.ArrowInvalid:
-        pass
-    whole = pc.strptime(pc.utf8_slice_codeunits(text, 0, 19), format="%Y-%m-%dT%H:%M:%S",
-                        unit="ms", error_is_null=True)
-    frac = pc.utf8_slice_codeunits(text, 20, 23)
-    millis = pc.cast(pc.if_else(pc.match_substring_regex(frac, r"^\d{3}$"), frac, "0"),
-                     pa.int64())
-    return pc.cast(pc.add(pc.cast(whole, pa.int64()), millis), pa.timestamp("ms", tz="UTC"))
+        return convert(column)
+    except _Unreadable as exc:
+        exc.row = None if exc.index is None else rows[exc.index].as_py()
+        raise
+
+
+def _sizes(column: pa.ChunkedArray) -> pa.Array:
+    """Sizes as int64: an integer column, or text of decimal digits (CSV's). Raises
+    `_Unreadable` at the first value that is not a number of bytes (blank, null, a sign, an
+    exponent, a fraction, spaces, a negative or a too large number)."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        ok = pc.fill_null(pc.match_substring_regex(column, _DIGITS), False)
+    elif pa.types.is_integer(kind):
+        ok = pc.fill_null(pc.greater_equal(column, pa.scalar(0, kind)) if kind != pa.uint64()
+                          else pc.less_equal(column, pa.scalar(2**63 - 1, kind)), False)
+    else:
+        raise _Unreadable(f"column size is of type {kind}, not an integer", None)
+    if not pc.all(ok).as_py():
+        i = int(pc.index(ok, False).as_py())
+        raise _Unreadable(f"Size {column[i].as_py()!r} is not a number of bytes", i)
+    return pc.cast(column, pa.int64()).combine_chunks()
+
+
+def _times(column: pa.ChunkedArray) -> pa.Array:
+    """LastModifiedDate as UTC timestamps: a timestamp column, or ISO 8601 text with its zone
+    ('YYYY-MM-DDTHH:MM:SS.fffZ', CSV's). Raises `_Unreadable` at the first value that is not
+    a time (blank, null, another layout, a month 13)."""
+    kind = column.type
+    target = LISTING_SCHEMA.field("last_modified_time").type
+    if pa.types.is_timestamp(kind):
+        times = pc.cast(column, target)
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        column = column.combine_chunks()
+        try:
+            times = pc.cast(column, target)
+        except pa.ArrowInvalid:  # find the first value that fails, by halves
+            lo, hi = 0, len(column)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                try:
+                    pc.cast(column.slice(lo, mid - lo), target)
+                    lo = mid
+                except pa.ArrowInvalid:
+                    hi = mid
+            raise _Unreadable(_not_a_time(column[lo].as_py()), lo) from None
+    else:
+        raise _Unreadable(f"column last_modified_date is of type {kind}, not a timestamp", None)
+    if times.null_count:
+        i = int(pc.index(pc.is_null(times), True).as_py())
+        raise _Unreadable(_not_a_time(None), i)
+    return times.combine_chunks() if isinstance(times, pa.ChunkedArray) else times
+
+
+def _not_a_time(value: Any) -> str:
+    return f"LastModifiedDate {value!r} is not a time (YYYY-MM-DDTHH:MM:SS.fffZ)"
 
 
 def _quoted(etag: pa.ChunkedArray) -> bool:

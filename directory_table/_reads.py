@@ -1,20 +1,27 @@
 """Reading a directory table's rows at one version (`DirectoryTable.snapshot`): straight from
-its local data files when it can (`local_rows`), else through delta-rs's dataset."""
+its local data files when it can (`local_rows`), else through delta-rs's dataset; a table with
+deletion vectors, which delta-rs's dataset refuses, through our own log replay and each file's
+live-row mask (`dv_rows`, DESIGN §4.8)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
+from directory_table import dv
+from directory_table.deltalog import replay
+from directory_table.filestore import Store
 from directory_table.kept import VersionsGone, is_missing_file, oldest_readable
-from directory_table.layout import Layout, bucket_array
+from directory_table.layout import Layout, _files_dataset, bucket_array, plain_types
+from directory_table.protocol import has_deletion_vectors
 from directory_table.schema import BUCKET_FIELD, BUCKETED_SCHEMA
 
-__all__ = ["local_rows", "snapshot"]
+__all__ = ["dv_rows", "live_files", "local_rows", "snapshot"]
 
 
 def local_rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None,
@@ -43,7 +50,7 @@ def snapshot(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None, 
         VersionsGone: a VACUUM removed files of this version (`kept`).
     """
     try:
-        table = _rows(dt, columns, buckets)
+        table = _rows(dt, columns, buckets, storage_options)
     except Exception as exc:
         if not is_missing_file(exc):
             raise
@@ -54,7 +61,10 @@ def snapshot(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None, 
     return table.cast(pa.schema([BUCKETED_SCHEMA.field(n) for n in table.column_names]))
 
 
-def _rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None) -> pa.Table:
+def _rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None,
+          storage_options: dict[str, str] | None = None) -> pa.Table:
+    if has_deletion_vectors(dt):
+        return dv_rows(dt, columns, buckets, storage_options)
     table = local_rows(dt, columns, buckets)  # None: not local, or `_bucket` asked
     if table is None and buckets is None:
         return dt.to_pyarrow_dataset().to_table(use_threads=False, columns=columns)
@@ -71,3 +81,46 @@ def _rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None) -> 
     return table.filter(pc.is_in(
         bucket_array(table["relative_path"].to_pylist(), layout.buckets),
         value_set=pa.array(wanted, pa.int32()))).select(columns)
+
+
+def dv_rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None,
+            storage_options: dict[str, str] | None) -> pa.Table:
+    """The live rows of `dt`'s version: its files from our log replay (`deltalog`), read in one
+    scan and filtered by their deletion vectors' masks (`live_files`)."""
+    files = replay(dt.table_uri, storage_options, dt.version()).files
+    if buckets is not None:
+        files = files.filter(pc.is_in(files["bucket"], value_set=pa.array(
+            sorted(set(buckets)), pa.int32())))
+    return live_files(dt, files["path"].to_pylist(), files["num_records"].to_pylist(),
+                      [dv.Descriptor.of(d) for d in files["deletionVector"].to_pylist()],
+                      files["bucket"].to_pylist(), columns, storage_options)
+
+
+def live_files(dt: DeltaTable, paths: list[str], counts: list[int | None],
+               descriptors: list[dv.Descriptor | None], buckets: list[int], columns: list[str],
+               storage_options: dict[str, str] | None) -> pa.Table:
+    """The rows of data files `paths` (relative to the table; `counts` rows each, as their
+    add actions say) less those their `descriptors` mark deleted, in the files' order:
+    `columns`, `_bucket` among them given by `buckets` (the files' partition values)."""
+    schema = pa.schema([BUCKETED_SCHEMA.field(n) for n in columns])
+    if not paths:
+        return schema.empty_table()
+    read = [c for c in columns if c != BUCKET_FIELD.name] or ["relative_path"]
+    dataset = _files_dataset(dt, paths, read, storage_options)
+    if any(n is None for n in counts):
+        parts = [f.to_table(columns=read, use_threads=False) for f in dataset.get_fragments()]
+        counts = [p.num_rows for p in parts]
+        table = pa.concat_tables([plain_types(p) for p in parts])
+    else:
+        table = plain_types(dataset.to_table(columns=read, use_threads=False))
+    store = Store(dt.table_uri, storage_options or {})
+    masks = [dv.live_mask(d, n, store.read_range) for d, n in zip(descriptors, counts,
+                                                                  strict=True)]
+    if BUCKET_FIELD.name in columns:
+        table = table.append_column(BUCKET_FIELD, pa.array(np.repeat(
+            np.array(buckets, dtype=np.int32), counts), pa.int32()))
+    if any(m is not None for m in masks):
+        keep = np.concatenate([m if m is not None else np.ones(n, dtype=bool)
+                               for m, n in zip(masks, counts, strict=True)])
+        table = table.filter(pa.array(keep))
+    return table.select(columns)

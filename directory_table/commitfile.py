@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from directory_table import protocol
 from directory_table.filestore import Store, run
 from directory_table.layout import BUCKET_COLUMN, TARGET_FILE_SIZE_KEY, Layout
 from directory_table.schema import TABLE_SCHEMA
@@ -36,13 +37,17 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
                  adds: list, cdc: list[tuple[int, pa.Table]],
                  data_change: bool, now: datetime, storage_options: dict[str, str],
                  operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
-                 metrics: dict[str, int] | None = None, store: Store | None = None) -> None:
+                 metrics: dict[str, int] | None = None, store: Store | None = None,
+                 marked: list[dict] | None = None,
+                 extra_files: list[tuple[str, bytes]] | None = None) -> None:
     """Write the data files (`adds`: rows of one bucket each, as `(bucket, table)` or a
     function making it on a writer thread; split into files of the table's size) and change
     files of one commit, then create its log entry at exactly `version` (`CommitFailedError`
     if another writer made it first). `removes`: (path, size, bucket) of the files the commit
     replaces. `data_change=False` marks a commit that changes no row (compaction): readers of
-    the change feed skip it. `store`: the table's files, when the caller has it open."""
+    the change feed skip it. `store`: the table's files, when the caller has it open.
+    `marked`: `remove`/`add` actions giving files new deletion vectors (`directory_table.mor`),
+    `extra_files`: (name, bytes) of files they need (a DV file), written before the log entry."""
     max_rows = rows_per_file(dt)
     store = store or Store(dt.table_uri, storage_options)
     stamp = int(now.timestamp() * 1000)
@@ -51,6 +56,10 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
                     "extendedFileMetadata": True,
                     "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}}
         for path, size, bucket in removes]
+    for action in marked or ():
+        if "remove" in action:
+            action["remove"]["deletionTimestamp"] = stamp
+        actions.append(action)
 
     def write(kind: str, bucket: int, table: pa.Table) -> dict:
         path = (f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
@@ -81,6 +90,8 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
              for bucket, part in cdc]
     store.make_dirs({f"{BUCKET_COLUMN}={b}" for b in range(_buckets(dt))} if adds else set())
     store.make_dirs({f"_change_data/{BUCKET_COLUMN}={b}" for b, _ in cdc})
+    jobs += [lambda name=name, body=body: store.put_bytes(name, body) or []
+             for name, body in extra_files or ()]
     actions += [a for made in run(lambda job: job(), jobs) for a in made]
     adds_made = [a["add"] for a in actions if "add" in a]
     name, parameters = operation
@@ -100,8 +111,19 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
     # post-commit hook); do the same for ours, so the log replay stays short
     interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100") or 100)
     if interval > 0 and version % interval == 0:
-        dt.update_incremental()
-        dt.create_checkpoint()
+        checkpoint(dt, version, storage_options)
+
+
+def checkpoint(dt: DeltaTable, version: int, storage_options: dict[str, str]) -> None:
+    """A checkpoint of `dt` at `version`: delta-rs's, or ours for a table with deletion
+    vectors (delta-rs refuses to checkpoint those: DESIGN §4.8)."""
+    if protocol.has_deletion_vectors(dt):
+        from directory_table.checkpoint import write_checkpoint
+
+        write_checkpoint(dt.table_uri, storage_options, version)
+        return
+    dt.update_incremental()
+    dt.create_checkpoint()
 
 
 def _buckets(dt: DeltaTable) -> int:

@@ -6,8 +6,10 @@ delta-rs's own compaction (`optimize.compact`) bin-packs files by size without s
 after it a bucket's files overlap in path range and every lookup reads them all. Here, per
 bucket holding more than `max_small_files` small files (fewer rows than half a full file):
 
-1. the small files, and the full files whose [min, max] path range overlaps one of them, are
-   read (only those: a bucket's other files stay as they are);
+1. the small files (few live rows: a merge-on-read table's per-batch image files, DESIGN
+   §4.8, or files whose deletion vector marks `PURGE_FRACTION` of their rows), and the full
+   files whose [min, max] path range overlaps one of them, are read without their marked rows
+   (only those: a bucket's other files stay as they are);
 2. their rows are sorted by `relative_path` and written as files of `rows_per_file` rows;
 3. one commit removes the files read and adds the new ones, all with `dataChange=false`,
    created at exactly the next version (`rewrite.write_commit`); losing the race to a writer
@@ -20,14 +22,25 @@ bounded on a huge table.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from directory_table.layout import BUCKET_COLUMN, _files_dataset, plain_types
+from directory_table import dv
+from directory_table._reads import live_files
+from directory_table.deltalog import replay
+from directory_table.layout import BUCKET_COLUMN
+from directory_table.protocol import has_deletion_vectors
 from directory_table.rewrite import rows_per_file, write_commit
-from directory_table.schema import TABLE_SCHEMA
+from directory_table.schema import BUCKETED_SCHEMA
+
+#: a file whose deletion vector marks at least this share of its rows is rewritten with its
+#: live rows only (purged), however big it is
+PURGE_FRACTION = 0.2
+_NAMES = BUCKETED_SCHEMA.names
+_SCHEMA = BUCKETED_SCHEMA
 
 __all__ = ["sorted_compact"]
 
@@ -35,9 +48,9 @@ __all__ = ["sorted_compact"]
 _GROUP_ROWS = 1_000_000
 
 
-def _chosen(files: list[tuple], small_rows: int) -> list[tuple]:
+def _chosen(files: list[tuple], is_small: Callable[[tuple], bool]) -> list[tuple]:
     """The small files of a bucket and the files overlapping their path ranges."""
-    small = [f for f in files if f[3] is None or f[3] < small_rows]
+    small = [f for f in files if is_small(f)]
     ranges = [(f[4], f[5]) for f in small if f[4] is not None and f[5] is not None]
     if any(f[4] is None or f[5] is None for f in small):
         return files  # a file without statistics: its range is unknown, take the bucket
@@ -52,24 +65,45 @@ def _chosen(files: list[tuple], small_rows: int) -> list[tuple]:
 
 def sorted_compact(dt: DeltaTable, max_small_files: int, storage_options: dict[str, str],
                    target_size: int | None = None) -> tuple[int, int, int]:
-    """Compact the buckets holding more than `max_small_files` small files (see the module
-    docstring). Returns (buckets compacted, files removed, files added)."""
+    """Compact the buckets holding more than `max_small_files` small files, or a file whose
+    deletion vector marks at least `PURGE_FRACTION` of its rows (see the module docstring).
+    Returns (buckets compacted, files removed, files added)."""
     per_file = rows_per_file(dt) if target_size is None else max(1, target_size // 64)
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
-    n = len(actions.get("path", []))
-    lows = actions.get("min.relative_path", [None] * n)
-    highs = actions.get("max.relative_path", [None] * n)
     by_bucket: dict[int, list[tuple]] = defaultdict(list)
-    for path, size, bucket, rows, lo, hi in zip(
-            actions.get("path", []), actions.get("size_bytes", []),
-            actions.get(f"partition.{BUCKET_COLUMN}", []), actions.get("num_records", []),
-            lows, highs, strict=True):
-        by_bucket[int(bucket)].append((path, int(size), int(bucket), rows, lo, hi))
+    descriptors: dict[str, dv.Descriptor] = {}
+    if has_deletion_vectors(dt):  # delta-rs's add actions show no deletion vectors
+        files = replay(dt.table_uri, storage_options, dt.version()).files
+        for path, size, bucket, rows, lo, hi, vector in zip(
+                *(files[c].to_pylist() for c in ("log_path", "size", "bucket", "num_records",
+                                                 "min_path", "max_path", "deletionVector")),
+                strict=True):
+            descriptor = dv.Descriptor.of(vector)
+            if descriptor is not None:
+                descriptors[path] = descriptor
+            by_bucket[int(bucket)].append((path, int(size), int(bucket), rows, lo, hi))
+    else:
+        actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+        n = len(actions.get("path", []))
+        for path, size, bucket, rows, lo, hi in zip(
+                actions.get("path", []), actions.get("size_bytes", []),
+                actions.get(f"partition.{BUCKET_COLUMN}", []), actions.get("num_records", []),
+                actions.get("min.relative_path", [None] * n),
+                actions.get("max.relative_path", [None] * n), strict=True):
+            by_bucket[int(bucket)].append((path, int(size), int(bucket), rows, lo, hi))
+
+    def marked(f: tuple) -> int:
+        return descriptors[f[0]].cardinality if f[0] in descriptors else 0
+
+    def small(f: tuple) -> bool:  # few live rows, or many marked ones to purge
+        return f[3] is None or f[3] - marked(f) < small_rows or (
+            marked(f) >= PURGE_FRACTION * f[3])
+
     small_rows = max(1, per_file // 2)
     work = {}
     for bucket, files in sorted(by_bucket.items()):
-        if sum(1 for f in files if f[3] is None or f[3] < small_rows) > max_small_files:
-            work[bucket] = _chosen(files, small_rows)
+        if (sum(1 for f in files if small(f)) > max_small_files
+                or any(marked(f) >= PURGE_FRACTION * (f[3] or 1) for f in files)):
+            work[bucket] = _chosen(files, small)
     if not work:
         return 0, 0, 0
     groups: list[list[int]] = [[]]
@@ -86,13 +120,21 @@ def sorted_compact(dt: DeltaTable, max_small_files: int, storage_options: dict[s
         files = [f for b in group for f in work[b]]
         adds = []
         for bucket in group:
-            chosen = [f[0] for f in work[bucket]]
-            table = _files_dataset(dt, chosen, TABLE_SCHEMA.names).to_table(
-                columns=TABLE_SCHEMA.names, use_threads=False)
-            table = plain_types(table).cast(TABLE_SCHEMA).sort_by("relative_path")
-            adds.append((bucket, table.append_column(
-                BUCKET_COLUMN, pa.array([bucket] * table.num_rows, pa.int32()))))
-        write_commit(dt, dt.version() + 1, removes=[f[:3] for f in files], adds=adds, cdc=[],
+            chosen = work[bucket]
+            table = live_files(dt, [f[0] for f in chosen], [f[3] for f in chosen],
+                               [descriptors.get(f[0]) for f in chosen],
+                               [bucket] * len(chosen), _NAMES, storage_options)
+            adds.append((bucket, table.cast(_SCHEMA).sort_by("relative_path")))
+        # a file is its path and its DV: the remove of a file with one names it
+        marked_removes = [{"remove": {"path": f[0], "dataChange": False,
+                                      "extendedFileMetadata": True,
+                                      "partitionValues": {BUCKET_COLUMN: str(f[2])},
+                                      "size": f[1],
+                                      "deletionVector": descriptors[f[0]].to_json()}}
+                          for f in files if f[0] in descriptors]
+        write_commit(dt, dt.version() + 1,
+                     removes=[f[:3] for f in files if f[0] not in descriptors],
+                     marked=marked_removes, adds=adds, cdc=[],
                      data_change=False, now=datetime.now(UTC), storage_options=storage_options,
                      operation=("OPTIMIZE", {"sorted": "relative_path",
                                              "buckets": ",".join(map(str, group))}),

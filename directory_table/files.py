@@ -10,7 +10,8 @@ much less: the version, and per bucket each file's path, size, row count and min
 (`FileIndex.of`) and then advanced by reading `_delta_log/<v+1>.json`, `<v+2>.json`, … until
 the next one is missing (ours are written at exactly the next version; another writer's are
 read the same way, so its commits are seen before planning). Only `add`, `remove`, `cdc` and
-`commitInfo` actions are understood; anything else (metadata, protocol, a deletion vector), or
+`commitInfo` actions are understood (deletion vectors included: a file is its path and its DV,
+DESIGN §4.8); anything else (metadata, protocol), or
 a checkpoint newer than the index (the log it would need may have been cleaned up), raises
 `Stale`: the caller rebuilds from delta-rs.
 
@@ -31,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from directory_table.dv import Descriptor
 from directory_table.layout import BUCKET_COLUMN, Layout, _brackets, buckets_of
 from directory_table.storage import s3_client, split_s3
 
@@ -45,7 +47,9 @@ class Stale(Exception):
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One active data file, as its add action describes it."""
+    """One active data file, as its add action describes it. `rows` counts every row of the
+    Parquet file, `dv` marks those deleted (`directory_table.dv`); `stats` (the add action's
+    JSON) and `modified` are kept to add the file again with a new DV (`directory_table.mor`)."""
 
     path: str
     size: int
@@ -53,6 +57,15 @@ class FileEntry:
     rows: int | None
     low: str | None
     high: str | None
+    dv: Descriptor | None = None
+    stats: str | None = None
+    modified: int | None = None
+
+    @property
+    def live_rows(self) -> int | None:
+        """Rows not marked deleted."""
+        return None if self.rows is None else self.rows - (self.dv.cardinality if self.dv
+                                                           else 0)
 
 
 class CommitLog:
@@ -150,6 +163,12 @@ class FileIndex:
             self._add(f)
 
     @classmethod
+    def of_adds(cls, version: int, adds: list[dict]) -> FileIndex:
+        """Built from the add actions of `version` as the log holds them (a table with deletion
+        vectors, which delta-rs's add actions do not show: `deltalog.replay`)."""
+        return cls(version, [_entry(add) for add in adds])
+
+    @classmethod
     def of(cls, dt: DeltaTable) -> FileIndex:
         """Built from delta-rs's snapshot of `dt` (O(files), once)."""
         actions = pa.table(dt.get_add_actions(flatten=True))
@@ -171,10 +190,24 @@ class FileIndex:
         self.by_bucket.setdefault(f.bucket, {})[f.path] = f
         self.bucket_of_path[f.path] = f.bucket
 
-    def _remove(self, path: str) -> None:
-        bucket = self.bucket_of_path.pop(path, None)
-        if bucket is not None:
-            del self.by_bucket[bucket][path]
+    def _remove(self, path: str, dv: dict | None | bool = True) -> None:
+        """Forget `path`; given a remove action's `dv`, only if the file it names is the one
+        held (a file is its path and its DV: a commit that gives a file a new DV removes the
+        old pair and adds the new one, in either order)."""
+        bucket = self.bucket_of_path.get(path)
+        if bucket is None:
+            return
+        if dv is not True:
+            held = self.by_bucket[bucket][path].dv
+            if (held.unique_id if held else None) != (Descriptor.of(dv).unique_id if dv
+                                                      else None):
+                return
+        del self.bucket_of_path[path]
+        del self.by_bucket[bucket][path]
+
+    def entry(self, path: str) -> FileEntry | None:
+        bucket = self.bucket_of_path.get(path)
+        return None if bucket is None else self.by_bucket[bucket][path]
 
     def files(self) -> list[FileEntry]:
         return [f for files in self.by_bucket.values() for f in files.values()]
@@ -205,7 +238,7 @@ class FileIndex:
                 raise Stale(f"commit {self.version + 1} holds {sorted(action)}")
         for action in actions:
             if "remove" in action:
-                self._remove(action["remove"]["path"])
+                self._remove(action["remove"]["path"], action["remove"].get("deletionVector"))
             elif "add" in action:
                 self._add(_entry(action["add"]))
 
@@ -246,8 +279,6 @@ class FileIndex:
 
 
 def _entry(add: dict) -> FileEntry:
-    if add.get("deletionVector"):
-        raise Stale(f"{add['path']} has a deletion vector")
     stats = add.get("stats")
     parsed = json.loads(stats) if isinstance(stats, str) and stats else {}
     rows = parsed.get("numRecords")
@@ -255,4 +286,6 @@ def _entry(add: dict) -> FileEntry:
     return FileEntry(add["path"], int(add["size"]), int(bucket) if bucket is not None else 0,
                      None if rows is None else int(rows),
                      (parsed.get("minValues") or {}).get("relative_path"),
-                     (parsed.get("maxValues") or {}).get("relative_path"))
+                     (parsed.get("maxValues") or {}).get("relative_path"),
+                     Descriptor.of(add.get("deletionVector")), stats if stats else None,
+                     add.get("modificationTime"))

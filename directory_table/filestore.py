@@ -184,13 +184,28 @@ class Store:
     def put(self, path: str, table: pa.Table) -> int:
         """Write `table` as a Parquet file at `path` (relative to the table); its size."""
         data = _parquet(table)
+        self.put_bytes(path, data)
+        return data.size
+
+    def put_bytes(self, path: str, data: bytes | pa.Buffer) -> None:
+        """Write a file at `path` (relative to the table)."""
         if self.local:
             with open(f"{self.root}/{path}", "wb") as f:
                 f.write(data)
         else:
-            self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{path}",
-                                   Body=data.to_pybytes())
-        return data.size
+            body = data.to_pybytes() if isinstance(data, pa.Buffer) else data
+            self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}/{path}", Body=body)
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """`length` bytes of the file at `path` (relative to the table) from `offset` (a
+        deletion vector inside a DV file: `directory_table.dv`)."""
+        if self.local:
+            with open(f"{self.root}/{unquote(path)}", "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        return self.client.get_object(
+            Bucket=self.bucket, Key=f"{self.prefix}/{unquote(path)}",
+            Range=f"bytes={offset}-{offset + length - 1}")["Body"].read()
 
     def create_log_entry(self, version: int, body: bytes) -> None:
         """Create `_delta_log/<version>.json`, or raise CommitFailedError if it exists."""

@@ -32,6 +32,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
+from directory_table.storage import filesystem_for
+
 __all__ = [
     "BUCKETS_KEY",
     "DEFAULT_BUCKETS",
@@ -255,7 +257,8 @@ def read_matching(dt: DeltaTable, files: list[str], paths: list[str], columns: l
     return pa.concat_tables(found, promote_options="permissive") if found else None
 
 
-def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.Dataset:
+def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str],
+                   storage_options: dict[str, str] | None = None) -> ds.Dataset:
     """A dataset of some of the table's data files, in the order given, read as plain
     (non-view) types: straight from the local disk when the table is local, else through
     delta-rs's storage handler."""
@@ -266,6 +269,11 @@ def _files_dataset(dt: DeltaTable, files: list[str], columns: list[str]) -> ds.D
         root = uri.removeprefix("file://").rstrip("/")
         return ds.dataset([f"{root}/{unquote(f)}" for f in files], schema=schema,
                           format="parquet", filesystem=pafs.LocalFileSystem())
+    if "deletionVectors" in (dt.protocol().reader_features or ()):
+        # delta-rs refuses a dataset of a table with deletion vectors: the files by path
+        fs, root = filesystem_for(uri, storage_options)
+        return ds.dataset([f"{root.rstrip('/')}/{unquote(f)}" for f in files], schema=schema,
+                          format="parquet", filesystem=fs)
     dataset = dt.to_pyarrow_dataset()
     by_path = {f.path: f for f in dataset.get_fragments()}
     # in the order given; a file newer than the handle (the write path's handle may lag

@@ -34,6 +34,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from directory_table import protocol, rewrite
+from directory_table.commitfile import checkpoint as write_checkpoint
 from directory_table.compaction import sorted_compact
 from directory_table.errors import CommitConflict
 from directory_table.layout import (
@@ -49,7 +50,8 @@ from directory_table.layout import (
 #: a `DirectoryTable` (not imported: the table imports this module)
 DirectoryTable = Any
 
-__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "apply_retention", "migrate", "optimize"]
+__all__ = ["MAINTENANCE_KEY", "OptimizeResult", "apply_retention", "enable_deletion_vectors",
+           "migrate", "optimize"]
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
     result.tombstones = {"buckets_compacted": b, "files_removed": removed, "files_added": added}
     if checkpoint:
         dt = table.delta()
-        dt.create_checkpoint()
+        write_checkpoint(dt, dt.version(), table.storage_options)
         result.checkpoint_version = dt.version()
         # removes log entries older than the table's delta.logRetentionDuration only
         result.removed_logs = dt.cleanup_metadata()
@@ -145,6 +147,23 @@ def optimize(table: DirectoryTable, *, max_files_per_bucket: int = 4,
         tomb.cleanup_metadata()
     table._dt = None
     return result
+
+
+def enable_deletion_vectors(table: DirectoryTable) -> int | None:
+    """See `DirectoryTable.enable_deletion_vectors`: one metadata commit setting
+    `delta.enableDeletionVectors`, which makes delta-rs upgrade the protocol to reader 3 /
+    writer 7 with the feature (no data change: streams read across it see nothing)."""
+    dt = table.delta()
+    if protocol.writes_deletion_vectors(dt):
+        return None
+    if not Layout.of(dt).bucketed or not rewrite.supported(dt, Layout.of(dt)):
+        raise protocol.UnsupportedFeature(table.path, ["deletionVectors (migrate the table "
+                                                       "into buckets first, on a local disk "
+                                                       "or S3)"], write=True)
+    dt.alter.set_table_properties({protocol.DV_KEY: "true"}, raise_if_not_exists=False,
+                                  commit_properties=CommitProperties(max_commit_retries=0))
+    table._dt = table._index = None
+    return table.delta().version()
 
 
 def migrate(table: DirectoryTable, *, buckets: int = DEFAULT_BUCKETS) -> int | None:
@@ -222,7 +241,7 @@ def apply_retention(table: DirectoryTable, retention_days: float) -> dict:
     """See `DirectoryTable.apply_retention`."""
     dt = table.delta()
     protocol.check(dt, table.path, write=True)
-    dt.create_checkpoint()
+    write_checkpoint(dt, dt.version(), table.storage_options)
     removed_logs = dt.cleanup_metadata()
     vacuumed = dt.vacuum(retention_hours=int(retention_days * 24),
                          enforce_retention_duration=False, dry_run=False)

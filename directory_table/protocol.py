@@ -4,8 +4,9 @@ they do not.
 
 A directory table is read partly around delta-rs (its data files straight with pyarrow:
 `_reads.local_rows`, `rewrite.load`) and written by our own commit writer, so a feature that
-changes what a data file means is not honoured by them even where delta-rs would be: a
-deletion vector would bring deleted rows back, column mapping would read the wrong columns.
+changes what a data file means is not honoured by them even where delta-rs would be: column
+mapping would read the wrong columns. Deletion vectors are the exception: a directory table's
+readers and writers apply them (`directory_table.dv`, DESIGN §4.8); SQL tables' do not.
 Such a table is refused, naming the table and the features, before anything is read or
 written (`check`); nothing guesses.
 
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
-__all__ = ["READABLE", "WRITABLE", "UnsupportedFeature", "check", "unsupported"]
+__all__ = ["READABLE", "WRITABLE", "UnsupportedFeature", "check", "has_deletion_vectors",
+           "unsupported", "writes_deletion_vectors"]
 
 #: reader features our readers honour: none that change what a data file holds
 READABLE = frozenset({"timestampNtz"})
@@ -24,6 +26,11 @@ READABLE = frozenset({"timestampNtz"})
 #: protocol), whose table properties we check below, and timestamps without a time zone
 WRITABLE = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed",
                       "generatedColumns", "timestampNtz"})
+#: features a directory table's readers and writers honour (DESIGN §4.8): deletion vectors,
+#: and the variant type delta-rs lists with them when it creates such a table (no column has it)
+_DV_FEATURES = frozenset({"deletionVectors", "variantType"})
+#: the table property that turns deletion vectors on for writers
+DV_KEY = "delta.enableDeletionVectors"
 #: what to run in Spark to turn each common feature off again
 _DROP_HINT = ("ALTER TABLE delta.`{path}` DROP FEATURE {feature} (after turning its property "
               "off), or recreate it")
@@ -43,14 +50,27 @@ class UnsupportedFeature(Exception):
             + _DROP_HINT.format(path=path, feature=features[0]))
 
 
-def unsupported(dt: DeltaTable, *, write: bool) -> list[str]:
+def has_deletion_vectors(dt: DeltaTable) -> bool:
+    """Whether `dt`'s protocol has the deletion vectors feature (its files may carry DVs)."""
+    return "deletionVectors" in (dt.protocol().reader_features or ())
+
+
+def writes_deletion_vectors(dt: DeltaTable) -> bool:
+    """Whether writers mark rows of `dt` in deletion vectors (merge-on-read, DESIGN §4.8)
+    rather than rewriting their files: the feature, and its property on."""
+    config = dt.metadata().configuration or {}
+    return has_deletion_vectors(dt) and config.get(DV_KEY, "false").lower() == "true"
+
+
+def unsupported(dt: DeltaTable, *, write: bool, deletion_vectors: bool = False) -> list[str]:
     """The features of `dt`'s protocol and properties that our readers (and, with `write`, our
-    writers) cannot honour; empty when the table is fine."""
+    writers) cannot honour; empty when the table is fine. `deletion_vectors`: the caller reads
+    and writes them (a directory table: DESIGN §4.8; SQL tables' readers do not)."""
     protocol = dt.protocol()
     config = dt.metadata().configuration or {}
     found: set[str] = set()
     reader_features = set(protocol.reader_features or ())
-    found |= reader_features - READABLE
+    found |= reader_features - READABLE - (_DV_FEATURES if deletion_vectors else set())
     if protocol.min_reader_version > 3:
         found.add(f"minReaderVersion {protocol.min_reader_version}")
     mapping = config.get("delta.columnMapping.mode", "none").lower()
@@ -59,7 +79,8 @@ def unsupported(dt: DeltaTable, *, write: bool) -> list[str]:
     if write:
         writer_features = protocol.writer_features
         if writer_features is not None:
-            found |= set(writer_features) - WRITABLE
+            found |= set(writer_features) - WRITABLE - (_DV_FEATURES if deletion_vectors
+                                                         else set())
         elif protocol.min_writer_version == 6:  # legacy: identity columns
             found.add("identityColumns")
         if protocol.min_writer_version > 7:
@@ -73,8 +94,8 @@ def unsupported(dt: DeltaTable, *, write: bool) -> list[str]:
 
 
 def check(dt: DeltaTable, path: str, *, write: bool = False) -> None:
-    """Raise `UnsupportedFeature` if `dt` uses a feature our readers (or writers) cannot
-    honour."""
-    features = unsupported(dt, write=write)
+    """Raise `UnsupportedFeature` if `dt` (a directory table) uses a feature our readers (or
+    writers) cannot honour."""
+    features = unsupported(dt, write=write, deletion_vectors=True)
     if features:
         raise UnsupportedFeature(path, features, write=write)

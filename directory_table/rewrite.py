@@ -96,6 +96,8 @@ class Loaded:
     #: the rows holding one of the batch's paths, and their positions in `rows`
     found: pa.Table
     positions: np.ndarray
+    #: the files of a merge-on-read load (`directory_table.mor`), by the rows' file index
+    entries: list | None = None
 
     @classmethod
     def of(cls, rows: pa.Table, files: list[tuple[str, int, int]], paths: list[str]) -> Loaded:

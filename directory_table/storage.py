@@ -127,19 +127,22 @@ def split_s3(uri: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.lstrip("/")
 
 
-def list_names(uri: str, options: dict[str, str] | None = None) -> list[str]:
-    """The names directly under folder `uri` (empty if there is none)."""
+def list_names(uri: str, options: dict[str, str] | None = None, *,
+               start_after: str | None = None) -> list[str]:
+    """The names directly under folder `uri` (empty if there is none); with `start_after`,
+    only the names sorting after it (on S3 the listing starts there)."""
     if urlparse(uri).scheme.lower() in ("s3", "s3a"):
         bucket, prefix = split_s3(uri)
         prefix = f"{prefix.rstrip('/')}/" if prefix else ""
         names: set[str] = set()
+        extra = {"StartAfter": prefix + start_after} if start_after else {}
         pages = s3_client(options).get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix, Delimiter="/")
+            Bucket=bucket, Prefix=prefix, Delimiter="/", **extra)
         for page in pages:
             names.update(o["Key"][len(prefix):] for o in page.get("Contents", []))
             names.update(p["Prefix"][len(prefix):].rstrip("/")
                          for p in page.get("CommonPrefixes", []))
-        return sorted(n for n in names if n)
+        return sorted(n for n in names if n and (not start_after or n > start_after))
     fs, path = filesystem_for(uri, options)
     return sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(
-        path, allow_not_found=True)))
+        path, allow_not_found=True)) if not start_after or i.base_name > start_after)

@@ -62,6 +62,8 @@ class Streamed:
     store: Store
     #: files (indices) that come right after the one before them in their bucket's files
     follows: frozenset[int] = frozenset()
+    #: a merge-on-read load's files (`rewrite.Loaded.entries`): never a streamed one
+    entries: None = None
 
     def stored(self, paths: list[str]) -> pa.Table:
         """The rows of `paths` (those stored)."""

@@ -28,11 +28,15 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from connectors.events import FileEvent
-from directory_table import _reads, protocol, rewrite
+from directory_table import _reads, mor, protocol, rewrite
 from directory_table.batch import Batch
 from directory_table.cdf import _CDF_SCHEMA, changes, read_cdf  # noqa: F401
+from directory_table.deltalog import replay
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
+from directory_table.filestore import Store
+from directory_table.images import images, rows_for_delete, write_tombstones
+from directory_table.keyed import KeyCache, default_root
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
@@ -51,8 +55,6 @@ from directory_table.schema import (
     BUCKETED_SCHEMA,
     BUCKETED_TOMBSTONE_SCHEMA,
     TABLE_SCHEMA,
-    TOMBSTONE_SCHEMA,
-    TS,
 )
 from directory_table.storage import list_names
 
@@ -123,6 +125,8 @@ class DirectoryTable:
     #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
     #: None: always a delta-rs merge
     rewrite_min_events: int | None = 1
+    #: the folder of merge-on-read tables' key indexes (None: `keyed.default_root()`)
+    key_index_root: str | None = None
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -134,17 +138,22 @@ class DirectoryTable:
     def create(cls, root: str, base_url: str, *, retention_days: float = 7,
                storage_options: dict[str, str] | None = None,
                buckets: int = DEFAULT_BUCKETS,
-               target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> DirectoryTable:
+               target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+               deletion_vectors: bool = True) -> DirectoryTable:
         """Create an empty table (version 0) and its tombstone table, both split into
         `buckets` hash buckets of `relative_path` (fixed for the table's lifetime), with data
-        files of about `target_file_size` bytes (see `directory_table.layout`)."""
+        files of about `target_file_size` bytes (see `directory_table.layout`). With
+        `deletion_vectors` (the default) the directory table is merge-on-read (DESIGN §4.8);
+        its store must be a local disk or S3 (`rewrite.supported`)."""
         if buckets < 1:
             raise ValueError(f"buckets must be >= 1, not {buckets}")
         table = cls(root, base_url, storage_options)
         config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets),
                   TARGET_FILE_SIZE_KEY: str(target_file_size)}
         DeltaTable.create(table.path, schema=BUCKETED_SCHEMA, mode="error", name="directory",
-                          partition_by=[BUCKET_FIELD.name], configuration=config,
+                          partition_by=[BUCKET_FIELD.name],
+                          configuration={**config, **({protocol.DV_KEY: "true"}
+                                                      if deletion_vectors else {})},
                           storage_options=table.storage_options, raise_if_key_not_exists=False)
         DeltaTable.create(table.tombstones_path, schema=BUCKETED_TOMBSTONE_SCHEMA, mode="error",
                           partition_by=[BUCKET_FIELD.name],
@@ -214,8 +223,15 @@ class DirectoryTable:
         return dt
 
     def file_count(self) -> int:
-        """Rows at the latest version, from the log's file statistics (no data read)."""
-        actions = pa.table(self.delta().get_add_actions(flatten=True))
+        """Rows at the latest version, from the log's file statistics (no data read): each
+        file's rows less those its deletion vector marks."""
+        dt = self.delta()
+        if protocol.has_deletion_vectors(dt):
+            files = replay(dt.table_uri, self.storage_options, dt.version()).files
+            marked = pc.struct_field(files["deletionVector"], "cardinality")
+            return int((pc.sum(files["num_records"]).as_py() or 0)
+                       - (pc.sum(marked).as_py() or 0))
+        actions = pa.table(dt.get_add_actions(flatten=True))
         return int(pc.sum(actions["num_records"]).as_py() or 0)
 
     def url_of(self, relative_path: str) -> str:
@@ -244,7 +260,17 @@ class DirectoryTable:
             base_version = index.version if index else dt.version()
             layout = Layout.of(dt)
             loaded = None
-            if (index is not None and self.rewrite_min_events is not None
+            merge_on_read = protocol.has_deletion_vectors(dt)
+            if merge_on_read and (index is None or not rewrite.supported(dt, layout)):
+                raise protocol.UnsupportedFeature(self.path, ["deletionVectors (an unbucketed "
+                                                              "table, or this store)"],
+                                                  write=True)
+            if merge_on_read:
+                keys = KeyCache.of(dt.table_uri, self.storage_options,
+                                   self.key_index_root or default_root())
+                loaded = keys.load(dt, layout, index, batch.by_bucket(layout.buckets), paths,
+                                   self.base_url, self.changes)
+            elif (index is not None and self.rewrite_min_events is not None
                     and len(paths) >= self.rewrite_min_events
                     and rewrite.supported(dt, layout)):
                 keyed = batch.by_bucket(layout.buckets)
@@ -262,8 +288,8 @@ class DirectoryTable:
             if plan.empty:
                 if len(plan.remembered):  # no new version; a refresh listed at
                     # base_version or later may still name the path (its listing wins)
-                    self._write_tombstones(batch.take(plan.remembered), datetime.now(UTC),
-                                           base_version)
+                    write_tombstones(self.tombstones(), batch.take(plan.remembered),
+                                     datetime.now(UTC), base_version)
                 return ApplyResult(None, seconds=time.perf_counter() - started, **result_kw)
             try:
                 self._commit(dt, layout, base_version, batch, plan, loaded)
@@ -283,7 +309,13 @@ class DirectoryTable:
                 or generation(self.storage_options) != self._generation):
             dt = self.delta()
             protocol.check(dt, self.path, write=True)
-            self._index = FileIndex.of(dt) if Layout.of(dt).bucketed else None
+            if not Layout.of(dt).bucketed:
+                self._index = None
+            elif protocol.has_deletion_vectors(dt):  # delta-rs's add actions show no DVs
+                state = replay(dt.table_uri, self.storage_options, dt.version())
+                self._index = FileIndex.of_adds(state.version, state.adds())
+            else:
+                self._index = FileIndex.of(dt)
             return dt, self._index
         try:
             self._index.advance(self._log)
@@ -320,10 +352,11 @@ class DirectoryTable:
         props = CommitProperties(max_commit_retries=0,
                                  custom_metadata={_COMMIT_TS_KEY: now.isoformat()})
         if len(plan.deletes) or len(plan.remembered):
-            self._write_tombstones(batch.take(np.concatenate([plan.deletes, plan.remembered])),
-                                   now, version)
+            write_tombstones(self.tombstones(),
+                             batch.take(np.concatenate([plan.deletes, plan.remembered])), now,
+                             version)
         changed = np.concatenate([plan.inserts, plan.updates])
-        rows = self._rows(batch.take(changed), version, now)  # a merge lays its source out
+        rows = images(batch.take(changed), self.base_url, version, now)  # a merge lays its source out
         laid_out = rows if not layout.bucketed else for_layout(
             rows, layout, batch.buckets(layout.buckets)[changed],
             batch.laid_out(layout.buckets, changed))
@@ -333,6 +366,13 @@ class DirectoryTable:
                 if dt.version() != base_version:
                     raise CommitFailedError(f"version {version} already exists")
             write_deltalake(dt, laid_out, mode="append", commit_properties=props)
+            return
+        if loaded is not None and loaded.entries is not None:
+            mor.commit(dt, layout, loaded, loaded.entries, version=version, new_rows=laid_out,
+                       updated=batch.paths(plan.updates), deleted=batch.paths(plan.deletes),
+                       now=now, custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
+                       storage_options=self.storage_options,
+                       store=Store(dt.table_uri, self.storage_options))
             return
         if loaded is not None:
             rewrite.commit(dt, layout, loaded, version=version, new_rows=laid_out,
@@ -345,7 +385,7 @@ class DirectoryTable:
         deletes = batch.take(plan.deletes).select(["relative_path"])
         ops = pa.array(["I"] * len(plan.inserts) + ["U"] * len(plan.updates)
                        + ["D"] * len(plan.deletes), pa.string())
-        source = pa.concat_tables([rows, self._rows_for_delete(deletes)]).append_column("_op", ops)
+        source = pa.concat_tables([rows, rows_for_delete(deletes)]).append_column("_op", ops)
         source = for_layout(source, layout)
         # only updated and deleted paths can match a stored row: they alone name the target's
         # buckets and files to scan (inserts are known to be absent)
@@ -359,54 +399,6 @@ class DirectoryTable:
             .when_matched_update(updates=assign, predicate="s._op = 'U'")
             .when_matched_delete(predicate="s._op = 'D'")
             .when_not_matched_insert(updates=assign, predicate="s._op = 'I'")
-            .execute()
-        )
-
-    def _rows(self, events: pa.Table, version: int, now: datetime) -> pa.Table:
-        """The new images of `events` (`batch.EVENT_SCHEMA` columns) written at `version`."""
-        n, paths = events.num_rows, events["relative_path"]
-        return pa.table({
-            "relative_path": paths,  # and `url_of`, on the column:
-            "url": pc.binary_join_element_wise(pa.scalar(self.base_url, pa.string()), paths, ""),
-            "size": events["size"],
-            "last_modified_time": events["last_modified_time"],
-            "etag": events["etag"],
-            "_sequencer": events["_sequencer"],
-            "_event_time": events["_event_time"],
-            "_image_version": pa.repeat(pa.scalar(version, pa.int64()), n),
-            "_image_timestamp": pa.repeat(pa.scalar(now, TS), n),
-        }, schema=TABLE_SCHEMA)
-
-    @staticmethod
-    def _rows_for_delete(paths: pa.Table) -> pa.Table:
-        cols = {f.name: pa.nulls(paths.num_rows, f.type) for f in TABLE_SCHEMA}
-        cols["relative_path"] = paths["relative_path"]
-        return pa.table(cols, schema=TABLE_SCHEMA)
-
-    def _write_tombstones(self, deletes: pa.Table, now: datetime, version: int) -> None:
-        """Tombstones of the REMOVED events `deletes` (`batch.EVENT_SCHEMA` columns)."""
-        # Written before the directory commit: a crash in between leaves a tombstone for a
-        # path that still exists, which only ever blocks events older than the delete.
-        n = deletes.num_rows
-        source = pa.table(
-            {
-                "relative_path": deletes["relative_path"],
-                "_sequencer": deletes["_sequencer"],
-                "_event_time": deletes["_event_time"],
-                "deleted_at": pa.repeat(pa.scalar(now, TS), n),
-                "deleted_version": pa.repeat(pa.scalar(version, pa.int64()), n),
-            },
-            schema=TOMBSTONE_SCHEMA,
-        )
-        tomb = self.tombstones()
-        layout = Layout.of(tomb)
-        paths = source["relative_path"].to_pylist()
-        (
-            tomb.merge(for_layout(source, layout),
-                       layout.merge_predicate(paths),
-                       source_alias="s", target_alias="t")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
             .execute()
         )
 
@@ -480,6 +472,12 @@ class DirectoryTable:
         return optimize(self, max_files_per_bucket=max_files_per_bucket,
                         target_size=target_size, migrate_layout=migrate, buckets=buckets,
                         checkpoint=checkpoint)
+
+    def enable_deletion_vectors(self) -> int | None:
+        """Make the table merge-on-read (DESIGN §4.8); the upgrade's version, or None."""
+        from directory_table.maintenance import enable_deletion_vectors
+
+        return enable_deletion_vectors(self)
 
     def migrate(self, *, buckets: int = DEFAULT_BUCKETS) -> int | None:
         """Rewrite a table of the pre-bucket layout into `buckets` buckets (one commit, left

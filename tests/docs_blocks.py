@@ -52,7 +52,7 @@ KINDS = {
     # README.md
     "setup": "make test    # same install, then the whole test suite",
     "venv": ".venv/bin/volume-stream --help",
-    "quickstart": 'cat.create_volume("landing", "./landing")',
+    "quickstart": 'cat.create_volume("landing", "./landing",',
     "glance": "volume-stream volume create photos ./photos",
     # docs/pipelines.md
     "pipeline": "@vs.file_udf(",
@@ -69,6 +69,9 @@ KINDS = {
     "azure": 'notification=vs.AzureQueueNotification("landing-events"))',
     "azurite": "azurite --silent --inMemoryPersistence --skipApiVersionCheck",
     "azure_setup": "az eventgrid event-subscription create",
+    # docs/gcs.md
+    "gcs": 'bucket.notification(topic_name="landing"',
+    "gcs_deploy": "gcloud storage buckets notifications create gs://landing-bucket",
     # docs/daemon.md
     "daemon_start": "volume-stream daemon --config examples/volume-stream.toml",
     "daemon_other_shell": "echo hello > demo-data/landing/hello.txt",
@@ -123,6 +126,8 @@ NOT_RUN = {
              "examples/demo.py, which tests/test_demo.py runs as make does",
     "remote": "needs a daemon serving Spark Connect (a second Spark application); "
               "tests/volume_stream/test_spark_connect.py runs these commands against one",
+    "gcs_deploy": "needs a Google Cloud project; tests/test_deploy_gcp.py checks that these are "
+                  "deploy/gcp/README.md's commands and that they agree with the code",
     "cluster": "needs a YARN cluster and an S3 bucket; tests/warehouse/test_cluster.py runs "
                "the same job with --master local-cluster[2,1,1024] against moto",
 }
@@ -237,15 +242,17 @@ exit_process(0)
 
 
 def run_python(blocks: list[tuple[str, str]], cwd: Path, env: dict[str, str] | None = None,
-               ) -> dict[str, str]:
+               stderr: list[str] | None = None) -> dict[str, str]:
     """Run the blocks in one Python process in `cwd`, each in a namespace of its own; return
-    each block's output."""
+    each block's output (and append the process's stderr to `stderr`, if given)."""
     (cwd / "blocks.json").write_text(json.dumps(blocks))
     (cwd / "harness.py").write_text(HARNESS)
     proc = subprocess.run([sys.executable, "harness.py", "blocks.json"], cwd=cwd,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     parts = proc.stdout.split(MARK)[1:]
     return {p.split("\n", 1)[0]: p.split("\n", 1)[1] for p in parts}
 

@@ -31,7 +31,8 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["from_s3_listing", "from_s3_versions", "md5", "write_manifest", "write_report"]
+__all__ = ["from_s3_listing", "from_s3_versions", "md5", "write_data_file", "write_manifest",
+           "write_raw_csv", "write_report"]
 
 S3_CSV = ["Bucket", "Key", "Size", "LastModifiedDate", "ETag", "StorageClass"]
 S3_CSV_VERSIONED = ["Bucket", "Key", "VersionId", "IsLatest", "IsDeleteMarker", "Size",
@@ -139,7 +140,7 @@ def write_manifest(put: Callable[[str, bytes], None], base: str, *, source: str,
         "destinationBucket": destination if oss else f"arn:aws:s3:::{destination}",
         "version": "2019-09-01" if oss else "2016-11-30",
         "creationTimestamp": str(millis // 1000 if oss else millis),
-        "fileFormat": "CSV" if fmt == "CSV" else "Parquet",
+        "fileFormat": {"CSV": "CSV", "ORC": "ORC"}.get(fmt, "Parquet"),
         "fileSchema": ", ".join(fields) if fmt == "CSV" else _PARQUET_SCHEMA,
         "files": files,
     }
@@ -149,6 +150,30 @@ def write_manifest(put: Callable[[str, bytes], None], base: str, *, source: str,
     put(key, body)
     put(f"{base}/{folder}/manifest.checksum", md5(body).encode())
     return key
+
+
+def write_raw_csv(put: Callable[[str, bytes], None], rows: list[list[str]], *, source: str,
+                  created: datetime, fields: list[str] = S3_CSV, base: str = "raw/src/daily",
+                  ) -> str:
+    """A CSV report of one data file holding `rows` as given (fields written as they are:
+    keys already URL-encoded, sizes and times as text), for reports no store would write;
+    returns manifest.json's key."""
+    text = io.StringIO()
+    csv.writer(text, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    return write_data_file(put, gzip.compress(text.getvalue().encode()), "csv.gz",
+                           source=source, created=created, fmt="CSV", fields=fields, base=base)
+
+
+def write_data_file(put: Callable[[str, bytes], None], data: bytes, ext: str, *, source: str,
+                    created: datetime, fmt: str, fields: list[str] = S3_CSV,
+                    base: str = "raw/src/daily") -> str:
+    """A report of the one data file `data` (any bytes: a Parquet or ORC file of odd column
+    types too), with its manifest; returns manifest.json's key."""
+    key = f"{base}/data/{uuid.uuid4()}.{ext}"
+    put(key, data)
+    return write_manifest(put, base, source=source, destination="inventory-bucket",
+                          created=created, fmt=fmt, fields=fields,
+                          files=[{"key": key, "size": len(data), "MD5checksum": md5(data)}])
 
 
 def s3_put(s3, bucket: str) -> Callable[[str, bytes], None]:

@@ -105,7 +105,9 @@ def test_local_blocks_run_as_printed(tmp_path):
     folder = sandbox(tmp_path)
     blocks = [(k, TABLES.format(sql=json.dumps(block(k))) if k == "tables" else block(k))
               for k in LOCAL]
-    outputs = run_python(blocks, folder)
+    # the README's quickstart runs again as printed (issue 34: if_not_exists=True)
+    outputs = run_python([*blocks, ("quickstart_again", block("quickstart"))], folder)
+    assert outputs["quickstart_again"].strip().splitlines()[-1] == "0"
     for kind in LOCAL:
         if kind != "tables":
             check_prints(kind, outputs[kind])
@@ -115,13 +117,29 @@ def test_local_blocks_run_as_printed(tmp_path):
     assert json.loads(outputs["tables"].strip().splitlines()[-1]) == [[1, "Alice", 30]]
     out = shell(block("sql_cli"), folder)
     assert "str_dish_images" in out and "landing" in out, out
-    shell(block("export"), folder)
+    out = shell(block("export"), folder)
+    first, again = (json.loads(line) for line in out.splitlines()[:2])
+    assert first["records"] > 0 and again["records"] == again["files"] == 0, out  # same range
     assert list((folder / "exports" / "landing").rglob("*.csv")), "the export wrote no CSV"
 
 
 def test_s3_block_runs_as_printed(tmp_path):
-    outputs = run_python([("s3", block("s3"))], tmp_path)
+    stderr: list[str] = []
+    outputs = run_python([("s3", block("s3"))], tmp_path, stderr=stderr)
     check_prints("s3", outputs["s3"])
+    assert "HTTP/1.1" not in stderr[0], stderr[0][-2000:]  # moto's server logs no request
+
+
+def test_gcs_block_runs_as_printed(tmp_path):
+    """docs/gcs.md on the emulators `make install` built (its fixed ports made free ones)."""
+    from tests.gcp_fixtures import free_port
+
+    code = block("gcs")
+    for port in ("8085", "4443"):
+        code = code.replace(port, str(free_port()))
+    outputs = run_python([("gcs", code)], sandbox(tmp_path), {
+        "PUBSUB_EMULATOR_HOST": "", "STORAGE_EMULATOR_HOST": ""})
+    check_prints("gcs", outputs["gcs"])
 
 
 def test_oss_blocks_run_as_printed(tmp_path, mns_server, oss_server):  # noqa: F811

@@ -35,6 +35,19 @@ def _configs() -> dict[str, str]:
     }
 
 
+def test_the_daemon_pages_config_passes_config_check_as_printed(tmp_path):
+    """Issue 34 item 14: docs/daemon.md's configuration, saved in a project folder as the page
+    says (its pipeline spec the shipped one, nothing made for it), passes `config check`."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")   # the project folder's files
+    config = tmp_path / "volume-stream.toml"
+    config.write_text(_docs_daemon_toml())
+    proc = subprocess.run([sys.executable, "-m", "volume_stream.cli", "config", "check",
+                           "volume-stream.toml"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "images" in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("name", sorted(_configs()))
 def test_shipped_config_passes_config_check_in_a_fresh_process(name, tmp_path):
     text = _configs()[name]

@@ -7,7 +7,9 @@ with offsets that move only when a consumer's output is committed.
     import volume_stream as vs
     cat = vs.connect("./warehouse")
 
-Heavy modules (Spark, Delta) load on first use, so `import volume_stream` stays cheap.
+Every name here loads its module on first use (the errors too: `volume_stream.errors` brings
+pyarrow), so `import volume_stream` costs nothing and `volume-stream --version` starts no
+more than Python.
 """
 
 from __future__ import annotations
@@ -15,27 +17,24 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from volume_stream.errors import (
-    AlreadyExistsError,
-    ConfigError,
-    ConsumeConflictError,
-    ExpiredIteratorError,
-    InvalidInputError,
-    InventoryError,
-    NotFoundError,
-    SourceError,
-    SqlError,
-    SqlSyntaxError,
-    StaleStreamError,
-    TrimmedDataError,
-    UnsupportedFeatureError,
-    VolumeStreamError,
-    WarehouseError,
-)
-
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AlreadyExistsError": "volume_stream.errors",
+    "ConfigError": "volume_stream.errors",
+    "ConsumeConflictError": "volume_stream.errors",
+    "ExpiredIteratorError": "volume_stream.errors",
+    "InvalidInputError": "volume_stream.errors",
+    "InventoryError": "volume_stream.errors",
+    "NotFoundError": "volume_stream.errors",
+    "SourceError": "volume_stream.errors",
+    "SqlError": "volume_stream.errors",
+    "SqlSyntaxError": "volume_stream.errors",
+    "StaleStreamError": "volume_stream.errors",
+    "TrimmedDataError": "volume_stream.errors",
+    "UnsupportedFeatureError": "volume_stream.errors",
+    "VolumeStreamError": "volume_stream.errors",
+    "WarehouseError": "volume_stream.errors",
     "connect": "volume_stream.catalog",
     "Catalog": "volume_stream.catalog",
     "Batch": "volume_stream.catalog",
@@ -49,6 +48,7 @@ _LAZY = {
     "SqsNotification": "volume_stream.volumes.notifications",
     "SqlResult": "volume_stream.sql.result",
     "MnsNotification": "volume_stream.volumes.notifications",
+    "PubSubNotification": "volume_stream.volumes.notifications",
     "Daemon": "volume_stream.daemon.daemon",
     "DaemonConfig": "volume_stream.config.daemon",
     "EventKind": "connectors.events",
@@ -80,6 +80,7 @@ __all__ = [
     "NotFoundError",
     "Pipeline",
     "PipelineMetrics",
+    "PubSubNotification",
     "RefreshMetrics",
     "ShardApiServer",
     "SourceError",

@@ -6,11 +6,13 @@ ever downloads anything while it runs and everything works offline afterwards:
   `delta-spark` Python package, with its dependencies), so Spark reads and writes the
   warehouse's Delta tables with `format("delta")` (docs/spark-delta.md);
 * `s3/`: `org.apache.hadoop:hadoop-aws` of the Hadoop version bundled with PySpark, and the AWS
-  SDK bundle it needs, for `s3a://` paths.
+  SDK bundle it needs, for `s3a://` paths: ~690 MB, so fetched only where Spark reads S3
+  (`volume-stream jars fetch s3`, or `make install JARS="delta s3"` as CI does); a Spark
+  write to S3 without them is a `ConfigError` naming that command (`require`).
 
-    python -m volume_stream._jars fetch     # what `make install` runs (idempotent)
-    python -m volume_stream._cds            # then this: the class-data archive (below)
-    python -m volume_stream._jars status
+    python -m volume_stream._jars fetch delta   # what `make install` runs (idempotent)
+    python -m volume_stream._cds                # then this: the class-data archive (below)
+    python -m volume_stream._jars status        # or `volume-stream jars status`
 
 `spark-classes.jsa` beside them is a Java class-data archive (CDS) of the ~13,000 classes a
 local Spark session with Delta Lake loads: a JVM that maps it skips parsing and verifying them,
@@ -36,8 +38,14 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["ARCHIVE", "DELTA_CONF", "QUIET_CDS", "archive_options", "class_path", "coordinates", "fetch",
-           "jars_dir"]
+from volume_stream.errors import ConfigError
+
+__all__ = ["ARCHIVE", "DELTA_CONF", "GROUPS", "QUIET_CDS", "archive_options", "class_path",
+           "coordinates", "fetch", "jars_dir", "require"]
+
+#: the groups and what each is for (the s3 group's size: measured with PySpark 4's Hadoop)
+GROUPS = {"delta": "Delta Lake's Spark connector, for format(\"delta\")",
+          "s3": "hadoop-aws and the AWS SDK bundle, for s3a:// paths, ~690 MB"}
 
 #: the settings that turn on Delta Lake's SQL extension and catalog (when its jars are present);
 #: a snapshot's log replay in 2 partitions, not 50: the embedded session reads small logs, and
@@ -103,6 +111,18 @@ def has_delta() -> bool:
         return False
 
 
+def require(group: str, why: str) -> None:
+    """A `ConfigError` naming the command that fetches `group` when its jars are missing (or
+    stale); nothing when they are there or PySpark itself is missing (Spark says so then)."""
+    try:
+        wanted = coordinates()[group]
+    except (metadata.PackageNotFoundError, RuntimeError, ImportError):
+        return
+    if _complete(group, wanted) is None:
+        raise ConfigError(f"{why} needs the {group} jars ({GROUPS[group]}), which are not in "
+                          f"{jars_dir() / group}: run `volume-stream jars fetch {group}` once")
+
+
 #: where the jars come from (`$VOLUME_STREAM_MAVEN_REPO`: a mirror of it)
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 _IVY_SETTINGS = """<ivysettings>
@@ -162,16 +182,21 @@ def _resolve(coords: list[str], ivy: Path) -> list[Path]:
     return [p for p in paths if not _classes(p) & spark_has]
 
 
-def fetch(groups: list[str] | None = None, *, out=sys.stderr) -> None:
+def fetch(groups: list[str] | None = None, *, out=sys.stderr) -> list[str]:
     """Fetch the groups that are missing or stale (all by default); a no-op when every one is
-    complete."""
+    complete. Returns the groups fetched."""
     wanted = coordinates()
+    unknown = [g for g in groups or [] if g not in wanted]
+    if unknown:
+        raise ConfigError(f"unknown jar group {unknown[0]!r}; the groups: {', '.join(wanted)}")
+    fetched = []
     for group in groups or list(wanted):
         coords = wanted[group]
         if _complete(group, coords) is not None:
             print(f"==> jars: {group} {' '.join(coords)} already in {jars_dir() / group}",
                   file=out)
             continue
+        fetched.append(group)
         note = " (the AWS SDK bundle is large: several hundred MB)" if group == "s3" else ""
         print(f"==> jars: fetching {' '.join(coords)} and its dependencies from Maven "
               f"Central{note}", file=out, flush=True)
@@ -189,6 +214,7 @@ def fetch(groups: list[str] | None = None, *, out=sys.stderr) -> None:
         size = sum(p.stat().st_size for p in folder.glob("*.jar")) / 1e6
         print(f"==> jars: {group}: {len(resolved)} jars, {size:.0f} MB in {folder}", file=out,
               flush=True)
+    return fetched
 
 
 #: the class-data archive's file, in `jars_dir()`
@@ -208,7 +234,8 @@ def _status(out=sys.stdout) -> int:
     missing = 0
     for group, coords in wanted.items():
         jars = _complete(group, coords)
-        state = f"{len(jars)} jars" if jars else "missing (make install fetches it)"
+        state = f"{len(jars)} jars" if jars else \
+            f"missing (`volume-stream jars fetch {group}` fetches it)"
         missing += jars is None
         print(f"{group}: {' '.join(coords)}: {state} in {jars_dir() / group}", file=out)
     return 1 if missing else 0

@@ -38,7 +38,7 @@ from volume_stream.shards.export import ExportResult, export_changes
 from volume_stream.shards.log import disable_change_log, enable_change_log
 from volume_stream.sql import register_udf, run_sql
 from volume_stream.streams.registry import StreamRegistry
-from volume_stream.tables import TableStore
+from volume_stream.tables import Column, TableStore
 from volume_stream.tables.registered import register
 from volume_stream.volumes.registry import RefreshMetrics, VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
@@ -169,22 +169,36 @@ class Catalog:
 
     def create_volume(self, name: str, location: str | os.PathLike, *, recursive: bool = True,
                       notification: Any = None, replace: bool = False,
-                      shards: int | None = None, **options: Any) -> VolumeSpec:
+                      if_not_exists: bool = False, shards: int | None = None,
+                      **options: Any) -> VolumeSpec:
         """Register a volume and create its (empty) directory table at version 0.
 
         Options: `include` / `exclude` (globs on relative paths), `data_retention_days`
         (default 7), `shards` (of its change log, default 1: `change_log`), and backend
-        options (endpoint, region, credentials: never stored).
+        options (endpoint, region, credentials: never stored). `if_not_exists`: a volume of
+        that name is left as it is and returned (SQL's IF NOT EXISTS).
 
         Example:
             >>> cat.create_volume("landing", "/data/landing", recursive=False)
         """
         spec = self.volumes.create(name, location, recursive=recursive,
-                                   notification=notification, replace=replace, **options)
+                                   notification=notification, replace=replace,
+                                   if_not_exists=if_not_exists, **options)
         if shards is not None:
             buckets = self.directory_table(name).layout().buckets
             shard_meta.ensure(self.warehouse, name, buckets, shards=shards)
         return spec
+
+    def upgrade_volume(self, name: str) -> int | None:
+        """Make volume `name`'s directory table merge-on-read (Delta deletion vectors, DESIGN
+        §4.8): one commit, after which its readers need Delta reader version 3 with deletion
+        vectors (delta-spark >= 2.3). Returns that version, or None when it was already.
+
+        Example:
+            >>> cat.upgrade_volume("landing")
+            12
+        """
+        return self.volumes.upgrade(name)
 
     def drop_volume(self, name: str, *, if_exists: bool = False, cascade: bool = False) -> bool:
         """Remove a volume, its directory table and (with `cascade=True`) its streams."""
@@ -305,10 +319,11 @@ class Catalog:
     def create_stream(self, name: str, on_volume: str | None = None, *,
                       on_table: str | None = None, mode: str = "STANDARD",
                       show_initial_rows: bool = False, at_timestamp: datetime | str | None = None,
-                      replace: bool = False) -> dict[str, Any]:
+                      replace: bool = False, if_not_exists: bool = False) -> dict[str, Any]:
         """Create a stream whose offset starts at the volume's (or table's) latest version (or
         at the last version committed at or before `at_timestamp`). A table needs change
         tracking (`ALTER TABLE t SET PROPERTIES ('change_tracking' = 'true')`).
+        `if_not_exists`: a stream of that name is left as it is (its offset too) and returned.
 
         Example:
             >>> cat.create_stream("s", on_volume="landing", mode="APPEND_ONLY")
@@ -316,7 +331,21 @@ class Catalog:
         """
         return self.streams.create(name, on_volume, on_table=on_table, mode=mode,
                                    show_initial_rows=show_initial_rows,
-                                   at_timestamp=at_timestamp, replace=replace)
+                                   at_timestamp=at_timestamp, replace=replace,
+                                   if_not_exists=if_not_exists)
+
+    def create_table(self, name: str, columns: pa.Schema | dict[str, str], *,
+                     key: str | list[str] | None = None, comment: str | None = None,
+                     replace: bool = False, if_not_exists: bool = False) -> bool:
+        """An empty warehouse table (`CREATE TABLE`): `columns` a schema or {name: SQL type},
+        `key` its declared key; False if it existed and `if_not_exists`. Example:
+        `cat.create_table("people", {"id": "INT", "name": "STRING"}, key="id")`."""
+        if replace and if_not_exists:
+            raise InvalidInputError(f"table {name!r}: give replace or if_not_exists, not both")
+        if isinstance(columns, dict):
+            columns = [Column(str(n), str(t)) for n, t in columns.items()]
+        return self.tables.create(name, columns, comment=comment, key=key, replace=replace,
+                                  if_not_exists=if_not_exists)
 
     def drop_stream(self, name: str, *, if_exists: bool = False) -> bool:
         return self.streams.drop(name, if_exists=if_exists)
@@ -385,12 +414,13 @@ class Catalog:
         if a == b and not spec["initial_pending"]:
             return  # nothing was pinned, nothing to move
         self.commit_offset(name, spec.get("volume_id") or spec["table_id"], a, b,
-                           spec["batch_id"])
+                           spec["batch_id"], rows=records.num_rows)
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
-                      batch_id: int) -> None:
-        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap)."""
-        self.streams.commit_offset(name, volume_id, start, end, batch_id)
+                      batch_id: int, rows: int | None = None) -> None:
+        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap);
+        `rows`: the batch's record count, kept with the stream's last consumed batches."""
+        self.streams.commit_offset(name, volume_id, start, end, batch_id, rows)
 
     def describe_stream(self, name: str) -> dict[str, Any]:
         """Offset, mode, latest version, pending-change count, and whether it is stale."""

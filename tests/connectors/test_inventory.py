@@ -150,8 +150,27 @@ def test_csv_keys_decode_as_urllib_does(keys):
     from connectors.inventory import _unquote
 
     for column in ([quote_plus(k, safe="/") for k in keys], [k for k in keys if "%" not in k]):
-        got = _unquote(pa.chunked_array([pa.array(column, pa.string())])).to_pylist()
-        assert got == [unquote_plus(k) for k in column]
+        got, bad = _unquote(pa.chunked_array([pa.array(column, pa.string())]))
+        assert got.to_pylist() == [unquote_plus(k) for k in column]
+        assert not any(bad.to_pylist())
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.binary(max_size=6), max_size=8))
+def test_csv_keys_that_are_not_utf8_are_flagged(names):
+    """Any bytes percent-encoded: a key decodes to its UTF-8 text, or is flagged when its bytes
+    are not UTF-8 (never merged into one U+FFFD name with another key)."""
+    from urllib.parse import quote_from_bytes
+
+    from connectors.inventory import _unquote
+
+    got, bad = _unquote(pa.chunked_array([pa.array(
+        ["in/" + quote_from_bytes(n, safe="/") for n in names], pa.string())]))
+    for name, text, flagged in zip(names, got.to_pylist(), bad.to_pylist(), strict=True):
+        try:
+            assert (text, flagged) == ("in/" + name.decode("utf-8"), False)
+        except UnicodeDecodeError:
+            assert flagged
 
 
 @settings(max_examples=100, deadline=None)
@@ -159,13 +178,16 @@ def test_csv_keys_decode_as_urllib_does(keys):
                                    timezones=st.just(UTC)), max_size=6),
        blank=st.booleans())
 def test_csv_times_parse_as_python_reads_them(times, blank):
-    """AWS's 'YYYY-MM-DDTHH:MM:SS.fffZ' read on the column (Arrow's ISO 8601 cast, or field by
-    field when a value, like an empty one, does not parse) is Python's reading, to the ms."""
-    from connectors.inventory import _csv_time
+    """AWS's 'YYYY-MM-DDTHH:MM:SS.fffZ' read on the column (Arrow's ISO 8601 cast) is Python's
+    reading, to the ms; a blank value among them is refused at its index."""
+    from connectors.inventory import _times, _Unreadable
 
     text = [t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z" for t in times]
     want = [t.replace(microsecond=t.microsecond // 1000 * 1000) for t in times]
+    column = pa.chunked_array([pa.array([*text, ""] if blank else text, pa.string())])
     if blank:
-        text, want = [*text, ""], [*want, None]
-    got = _csv_time(pa.chunked_array([pa.array(text, pa.string())])).to_pylist()
-    assert got == want
+        with pytest.raises(_Unreadable, match=r"LastModifiedDate '' is not a time") as info:
+            _times(column)
+        assert info.value.index == len(text)
+    else:
+        assert _times(column).to_pylist() == want

@@ -177,7 +177,8 @@ def test_a_batch_past_the_lookup_group_takes_the_rewrite_path(tmp_path, monkeypa
     import directory_table.table as table_module
 
     monkeypatch.setattr(table_module, "_LOOKUP_GROUP", 50)
-    table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=4)
+    table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=4,
+                                  deletion_vectors=False)
     table.apply([put(f"f{i:03d}", 1, t(1)) for i in range(300)])
     r = table.apply([put(f"f{i:03d}", 2, t(2)) for i in range(0, 300, 3)]
                     + [put(f"g{i:03d}", 1, t(2)) for i in range(120)])
@@ -247,6 +248,7 @@ def test_folder_batches_rewrite_only_the_files_holding_their_paths(tmp_path):
     import pyarrow.parquet as pq
 
     table = DirectoryTable.create(str(tmp_path / "vol"), "file:///d/", buckets=4,
+                                  deletion_vectors=False,
                                   target_file_size=64 * 64)     # files of ~64 rows
     table.apply([put(f"d{i // 100:03d}/f{i:05d}", 1, t(1)) for i in range(6000)])
     table.optimize()                                            # sorted files of the target size

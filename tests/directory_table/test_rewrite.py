@@ -21,6 +21,11 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PATHS = [f"p{i:02d}" if i % 3 else f"dir{i % 2}/f{i:02d}.csv" for i in range(14)]
 
 
+def create_cow(*args, **kwargs) -> DirectoryTable:
+    """A copy-on-write table: this module tests the rewrite path (DESIGN §4.7)."""
+    return DirectoryTable.create(*args, deletion_vectors=False, **kwargs)
+
+
 def put(path, size, at, seq=None):
     return FileEvent.created(path, size=size, etag=f"e{size}", last_modified_time=at,
                              event_time=at, sequencer=seq)
@@ -31,10 +36,10 @@ def rm(path, at, seq=None):
 
 
 def pair(tmp_path: Path, buckets: int, target: int = 256 * 1024):
-    merge = DirectoryTable.create(str(tmp_path / "merge"), "file:///d/", buckets=buckets,
+    merge = create_cow(str(tmp_path / "merge"), "file:///d/", buckets=buckets,
                                   target_file_size=target)
     merge.rewrite_min_events = None
-    rewrite = DirectoryTable.create(str(tmp_path / "rewrite"), "file:///d/", buckets=buckets,
+    rewrite = create_cow(str(tmp_path / "rewrite"), "file:///d/", buckets=buckets,
                                     target_file_size=target)
     rewrite.rewrite_min_events = 1
     return merge, rewrite
@@ -111,7 +116,7 @@ def test_carried_rows_report_no_changes(tmp_path, rewrite_path):
 
 
 def test_rewritten_files_stay_sorted_and_split(tmp_path, rewrite_path):
-    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=2,
+    table = create_cow(str(tmp_path / "t"), "file:///d/", buckets=2,
                                   target_file_size=100 * 64)  # 100 rows per file
     table.rewrite_min_events = 1
     table.apply([put(f"f{i:04d}", 1, T0) for i in range(3000)])
@@ -124,7 +129,7 @@ def test_rewritten_files_stay_sorted_and_split(tmp_path, rewrite_path):
 
 def test_racing_rewrites_commit_at_consecutive_versions(tmp_path, rewrite_path):
     root = str(tmp_path / "vol")
-    DirectoryTable.create(root, "file:///d/", buckets=4)
+    create_cow(root, "file:///d/", buckets=4)
     seed = DirectoryTable(root, "file:///d/")
     seed.apply([put(f"f{i:03d}", 1, T0) for i in range(100)])
     errors = []
@@ -170,7 +175,7 @@ def test_tombstones_and_recreate_through_rewrite(tmp_path, kind, rewrite_path):
 
 
 def test_rewrite_commits_write_checkpoints_at_the_interval(tmp_path):
-    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=2)
+    table = create_cow(str(tmp_path / "t"), "file:///d/", buckets=2)
     table.delta().alter.set_table_properties({"delta.checkpointInterval": "5"})
     table.rewrite_min_events = 1
     for i in range(8):  # version 2 inserts (delta-rs append), 3..9 update (rewrites)
@@ -222,7 +227,7 @@ def test_new_paths_join_the_rewritten_file_of_their_range(tmp_path, threads, mon
     from directory_table import rewrite as rewrite_module
 
     monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
-    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,
+    table = create_cow(str(tmp_path / "t"), "file:///d/", buckets=1,
                                   target_file_size=40 * 64)  # 40 rows per file
     table.apply([put(f"f{i:03d}", 1, T0) for i in range(0, 200, 2)])  # 100 rows, one file
     at = T0 + timedelta(seconds=1)
@@ -338,7 +343,7 @@ def test_files_apart_are_not_rewritten_together(tmp_path, monkeypatch):
     from directory_table import rewrite as rewrite_module
 
     monkeypatch.setattr(rewrite_module, "MAX_LOADED_ROWS", 0)
-    table = DirectoryTable.create(str(tmp_path / "t"), "file:///d/", buckets=1,
+    table = create_cow(str(tmp_path / "t"), "file:///d/", buckets=1,
                                   target_file_size=40 * 64)      # 40 rows per file
     for start in range(0, 400, 40):
         table.apply([put(f"f{i:04d}", 1, T0) for i in range(start, start + 40)])

@@ -68,12 +68,15 @@ def _grow(table: DirectoryTable, compaction: str) -> set[int]:
     return {compacted}
 
 
-@pytest.fixture(scope="module", params=["delta-rs merge", "our writer", "our writer streamed"])
+@pytest.fixture(scope="module", params=["delta-rs merge", "our writer", "our writer streamed",
+                                        "deletion vectors"])
 def grown(request, tmp_path_factory):
-    """One table per write path, grown once for the module's tests (they only read it)."""
+    """One table per write path, grown once for the module's tests (they only read it): the
+    copy-on-write paths, and merge-on-read (deletion vectors, the default: DESIGN §4.8)."""
     from directory_table import rewrite
 
-    table = DirectoryTable.create(str(tmp_path_factory.mktemp("vol")), "file:///d/", buckets=2)
+    table = DirectoryTable.create(str(tmp_path_factory.mktemp("vol")), "file:///d/", buckets=2,
+                                  deletion_vectors=request.param == "deletion vectors")
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "delta-rs merge":
             table.rewrite_min_events = None  # inserts by delta-rs append, the rest by its merge
@@ -120,7 +123,8 @@ def test_spark_change_feed_is_ours_version_by_version(delta_spark, grown):
             assert spark.num_rows == 0
 
 
-@pytest.mark.parametrize("grown", ["our writer", "our writer streamed"], indirect=True)
+@pytest.mark.parametrize("grown", ["our writer", "our writer streamed", "deletion vectors"],
+                         indirect=True)
 def test_spark_change_feed_is_ours_between_every_pair_of_versions(delta_spark, grown):
     table, _ = grown
     whole = judge.spark_changes(delta_spark, table.path, 0, table.version())

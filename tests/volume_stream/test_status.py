@@ -111,7 +111,22 @@ def test_a_files_history_has_its_row_at_every_version_and_the_records_it_made(wa
     assert source.file_history("land", "B.T")["matches"] == ["b.txt"]
     assert source.file_history("land", "zzz")["matches"] == []
     with pytest.raises(vs.InvalidInputError, match="relative to the volume"):
-        source.file_history("land", " / ")
+        source.file_history("land", "/")
+
+
+def test_a_files_history_takes_the_path_exactly_spaces_included(warehouse):
+    """Issue 34 item 10: " a.txt" is not a.txt, and "b.txt " (a real name) has its history."""
+    cat, data = warehouse
+    (data / "b.txt ").write_text("spaced")
+    cat.refresh("land")
+    source = StatusSource(cat)
+    spaced = source.file_history("land", "b.txt ")
+    assert spaced["exists"] and spaced["current"]["relative_path"] == "b.txt "
+    assert spaced["current"]["size"] == len("spaced") and spaced["versions"] == [4]
+    assert source.file_history("land", "b.txt")["current"]["size"] == 3
+    lead = source.file_history("land", " a.txt")
+    assert lead["path"] == " a.txt" and lead["versions"] == [] and not lead["exists"]
+    assert source.file_history("land", "/b.txt ")["versions"] == [4]
 
 
 def test_chart_series_from_the_history_and_the_timeline():

@@ -215,3 +215,28 @@ def test_the_keyboard_reaches_and_opens_the_stream_links_and_the_search(ui, brow
         assert "present" in page.text_content("#file-state")
     finally:
         page.close()
+
+
+def test_the_charts_span_the_hour_from_zero_and_the_json_link_opens(ui, browser):
+    """Issue 34 item 13: a fresh page's pending chart (one sample or few) spans the same hour
+    as the others, its y-axis from 0 to just above its samples, and "JSON" opens the twin."""
+    _, _, url = ui
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(url)
+        page.wait_for_function("window.statusCharts && window.statusCharts['chart-pending']")
+        scales = page.evaluate("""() => Object.fromEntries(Object.entries(window.statusCharts)
+            .map(([id, u]) => [id, [u.scales.x.min, u.scales.x.max, u.scales.y.min,
+                                    u.scales.y.max]]))""")
+        data = page.evaluate("JSON.parse(document.getElementById('chart-data').textContent)")
+        for chart, (x0, x1, y0, y1) in scales.items():
+            assert (x0, x1) == (data["from"], data["to"]) and x1 - x0 == 3600, chart
+            assert y0 == 0 and y1 > 0, chart
+        pending = [v for v in data["pending"] if v is not None]
+        assert pending and scales["chart-pending"][3] <= max(1, max(pending) * 1.1) + 1e-9
+        page.click("#json-link")
+        page.wait_for_load_state()
+        assert page.url.endswith("/status.json")
+        assert '"volumes"' in page.content()
+    finally:
+        page.close()

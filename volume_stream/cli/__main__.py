@@ -1,5 +1,5 @@
 """`python -m volume_stream.cli`."""
 
-from volume_stream.cli.app import main
+from volume_stream.cli import main
 
 main()

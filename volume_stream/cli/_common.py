@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import signal
 import sys
@@ -18,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperCommand
 
 from volume_stream._spark import interrupted as spark_interrupted
 from volume_stream.catalog import Catalog, connect
@@ -25,7 +27,7 @@ from volume_stream.config.settings import Settings
 from volume_stream.warehouse.location import Location
 from volume_stream.warehouse.store import MARKER
 
-__all__ = ["INTERRUPTED", "AsJson", "Interrupted", "quiet_py4j_interrupts", "was_interrupted", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
+__all__ = ["INTERRUPTED", "UsageCommand", "usage_names", "AsJson", "Interrupted", "quiet_py4j_interrupts", "was_interrupted", "Warehouse", "catalog", "err", "has_warehouse", "out", "print_rows",
            "stop_on_sigterm"]
 
 # No emoji codes anywhere (`acs:ram::1234` is a role ARN, not a sheep); table cells are Text,
@@ -182,37 +184,30 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = No
     out.print(table)
 
 
-def key_values(text: str, flag: str) -> dict[str, Any]:
-    """`a=1,b=x` as {"a": 1, "b": "x"}: true/false and numbers typed as TOML would type them.
-
-    Raises:
-        InvalidInputError: a pair without '=', or a secret's name (credentials come from the
-            environment, never from a command line other users can see).
-    """
-    from connectors.secrets import is_secret
-    from volume_stream.errors import InvalidInputError
-
-    pairs: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise InvalidInputError(f"{flag} takes KEY=VALUE pairs separated by ',', not "
-                                    f"{part.split('=')[0]!r}...")
-        if is_secret(key):
-            raise InvalidInputError(f"{flag} {key}: credentials come from the environment "
-                                    "(e.g. AZURE_STORAGE_CONNECTION_STRING), never from the "
-                                    "command line")
-        pairs[key] = _typed(value.strip())
-    return pairs
+_BRACED = re.compile(r"^\{([^{}]+)\}((?:\.\.\.)?)$|^\[([a-z][a-z0-9_]*)\]((?:\.\.\.)?)$")
 
 
-def _typed(value: str) -> Any:
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            continue
-    return value
+class UsageCommand(TyperCommand):
+    """A command whose usage line names its arguments as click and man pages do (`NAME`,
+    `[NAME]`): typer 0.29 writes a required one as `{name}`."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        def named(piece: str) -> str:
+            m = _BRACED.match(piece)
+            if m is None:
+                return piece
+            if m.group(1) is not None:
+                return m.group(1).upper().replace("-", "_") + m.group(2)
+            return f"[{m.group(3).upper()}]{m.group(4)}"
+
+        return [named(p) for p in super().collect_usage_pieces(ctx)]
+
+
+def usage_names(app: typer.Typer) -> None:
+    """Give every command of `app` and its sub-apps `UsageCommand`'s usage line."""
+    for info in app.registered_commands:
+        if info.cls is None or info.cls is TyperCommand:
+            info.cls = UsageCommand
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            usage_names(group.typer_instance)

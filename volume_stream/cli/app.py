@@ -21,6 +21,7 @@ from rich.markup import escape
 from volume_stream._exit import exit_process
 from volume_stream.cli import daemon as daemon_commands
 from volume_stream.cli import export as export_commands
+from volume_stream.cli import jars as jars_commands
 from volume_stream.cli import run as run_commands
 from volume_stream.cli import shard_api as shard_api_commands
 from volume_stream.cli import sql as sql_commands
@@ -38,13 +39,15 @@ from volume_stream.cli._common import (
     print_rows,
     quiet_py4j_interrupts,
     stop_on_sigterm,
+    usage_names,
 )
 from volume_stream.cli._common import catalog as _catalog
 from volume_stream.cli._progress import refresh_progress
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
-from volume_stream.volumes.notifications import LocalNotification, notification_from_dict
+from volume_stream.volumes.notifications import LocalNotification, notification_for
+from volume_stream.warehouse import STREAM, VOLUME
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
 # print `<bool>` for flags; click's layout keeps every name whole.
@@ -83,38 +86,61 @@ def volume_create(
     retention_days: Annotated[float, typer.Option(help="Keep versions this long.")] = 7,
     polling: Annotated[bool, typer.Option(help="Poll instead of inotify.")] = False,
     replace: Annotated[bool, typer.Option(help="Replace a volume of that name.")] = False,
+    deletion_vectors: Annotated[bool | None, typer.Option(
+        "--deletion-vectors/--no-deletion-vectors",
+        help="Merge-on-read directory table (default where the warehouse is local or S3).",
+        show_default=False)] = None,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Leave a volume of that name as it is.")] = False,
     notification: Annotated[str | None, typer.Option(
-        help="Where an object store's events arrive, as the daemon's notification keys: "
-             "'type=AZURE_STORAGE_QUEUE,queue_name=events' (credentials: from the "
-             "environment, never here).", metavar="KEY=VALUE,...")] = None,
+        help="The queue its events arrive on: an SQS queue URL (s3://), a Pub/Sub "
+             "subscription projects/P/subscriptions/S (gs://).", metavar="QUEUE")] = None,
     option: Annotated[list[str] | None, typer.Option(
-        help="A connector option, e.g. account_name=acct or blob_endpoint=URL (repeatable).",
+        help="A connector option KEY=VALUE (endpoint, project, ...); repeatable.",
         metavar="KEY=VALUE")] = None,
     warehouse: Warehouse = None,
 ) -> None:
-    """Register a folder or an object-store prefix as a volume (its directory table starts
-    empty: run refresh)."""
-    options: dict[str, Any] = {"data_retention_days": retention_days,
-                               **key_values(",".join(option or []), "--option")}
+    """Register a folder or bucket prefix as a volume (its directory table starts empty: run
+    refresh)."""
+    options: dict[str, Any] = {"data_retention_days": retention_days}
+    if deletion_vectors is not None:
+        options["deletion_vectors"] = deletion_vectors
+    for item in option or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInputError(f"--option takes KEY=VALUE, not {item!r}")
+        options[key.strip()] = value
     if include:
         options["include"] = include
     if exclude:
         options["exclude"] = exclude
-    note: Any = LocalNotification(polling=True) if polling else None
-    if notification:
-        note = _notification(key_values(notification, "--notification"))
-    spec = _catalog(warehouse, create=True).create_volume(
-        name, location, recursive=recursive, replace=replace, notification=note, **options)
+    cat = _catalog(warehouse, create=True)
+    existed = if_not_exists and (VOLUME, name) in cat.warehouse.read()
+    spec = cat.create_volume(
+        name, location, recursive=recursive, replace=replace, if_not_exists=if_not_exists,
+        notification=_notification(location, notification, polling), **options)
+    if existed:
+        out.print(f"volume [bold]{spec.name}[/bold] exists (at {escape(spec.location)}); left "
+                  f"as it is")
+        return
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
 
 
-def _notification(keys: dict[str, Any]) -> Any:
-    """The notification `--notification` describes (as the daemon's TOML keys do)."""
-    keys["type"] = str(keys.get("type", "")).upper()
-    try:
-        return notification_from_dict(keys)
-    except TypeError as exc:  # a missing or unknown argument of the notification class
-        raise InvalidInputError(f"--notification type={keys['type']}: {exc}") from None
+def _notification(location: str, queue: str | None, polling: bool) -> Any:
+    if queue is None:
+        return LocalNotification(polling=True) if polling else None
+    return notification_for(location.split("://", 1)[0].lower() if "://" in location else "file",
+                            queue)
+
+
+@volume_app.command("upgrade")
+def volume_upgrade(name: str, warehouse: Warehouse = None) -> None:
+    """Make a volume's directory table merge-on-read (Delta deletion vectors): its readers then
+    need Delta reader version 3 (delta-spark >= 2.3)."""
+    version = _catalog(warehouse).upgrade_volume(name)
+    out.print(f"volume [bold]{name}[/bold] " + (
+        "has deletion vectors already" if version is None
+        else f"upgraded to deletion vectors at version {version}"))
 
 
 @volume_app.command("list")
@@ -162,8 +188,10 @@ def volume_refresh(
     version = "no new version" if m.version is None else f"version {m.version}"
     source = "" if m.inventory_created is None else \
         f" from the inventory of {m.inventory_created:%Y-%m-%d %H:%M:%S} UTC"
+    skipped = f", {m.invalid_paths} skipped (unsafe or undecodable names)" \
+        if m.invalid_paths else ""
     out.print(f"refreshed {name}{source}: listed {m.listed}, +{m.inserted} ~{m.updated} "
-              f"-{m.deleted} ({version}, {m.seconds:.2f}s)")
+              f"-{m.deleted}{skipped} ({version}, {m.seconds:.2f}s)")
 
 
 @volume_app.command("optimize")
@@ -203,12 +231,20 @@ def stream_create(
                                  ] = False,
     at_timestamp: Annotated[str | None, typer.Option(help="ISO time to start from.")] = None,
     replace: bool = False,
+    if_not_exists: Annotated[bool, typer.Option(
+        "--if-not-exists", help="Leave a stream of that name (and its offset) as it is.")
+        ] = False,
     warehouse: Warehouse = None,
 ) -> None:
     """Create a stream on a volume; its offset starts at the latest version."""
-    info = _catalog(warehouse).create_stream(name, on, mode=mode, replace=replace,
-                                             show_initial_rows=show_initial_rows,
-                                             at_timestamp=at_timestamp)
+    cat = _catalog(warehouse)
+    existed = if_not_exists and (STREAM, name) in cat.warehouse.read()
+    info = cat.create_stream(name, on, mode=mode, replace=replace, if_not_exists=if_not_exists,
+                             show_initial_rows=show_initial_rows, at_timestamp=at_timestamp)
+    if existed:
+        out.print(f"stream [bold]{name}[/bold] exists (at offset {info['offset']}); left as "
+                  f"it is")
+        return
     out.print(f"created stream [bold]{name}[/bold] on {on} ({info['mode']}) at version "
               f"{info['offset']}")
 
@@ -275,6 +311,7 @@ def watch(
     """Run the volume's listener in the foreground (Ctrl-C or SIGTERM stops it cleanly)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cat = _catalog(warehouse, create=False)
+    cat.describe_volume(volume)  # an unknown volume is an error before anything is watched
     err.print(f"watching {volume} (Ctrl-C to stop)")
     with stop_on_sigterm():
         metrics = cat.watch(volume, until_idle=until_idle, timeout=timeout, refresh=refresh)
@@ -288,6 +325,8 @@ sql_commands.register(app)
 shard_api_commands.register(app)
 export_commands.register(app)
 status_commands.register(app)
+jars_commands.register(app)
+usage_names(app)
 
 
 def main() -> None:

@@ -8,7 +8,9 @@ Both read `StatusSource.status()`, the function behind the daemon's page and `/s
 
 from __future__ import annotations
 
+import errno
 import json
+import sys
 import threading
 from typing import Annotated, Any
 
@@ -151,8 +153,16 @@ def register(app: typer.Typer) -> None:
         try:
             server = HttpServer(status_app(source, token=token), host, port,
                                 name="volume-stream-ui").start()
-        except OSError as exc:
-            raise SourceError(f"cannot serve on {listen}: {exc.strerror or exc}") from exc
+        except OSError as exc:  # as the daemon: a port it cannot have is a configuration error
+            why = {errno.EADDRINUSE: "it is already in use (another `ui`, or a daemon's page?);"
+                                     " stop that process or give another --listen",
+                   errno.EACCES: "this user may not bind it; give another --listen",
+                   errno.EADDRNOTAVAIL: "it is not an address of this machine; give another "
+                                        "--listen"}.get(exc.errno)
+            if why is None:
+                raise SourceError(f"cannot serve on {listen}: {exc.strerror or exc}") from exc
+            print(f"error: cannot serve on {listen}: {why}", file=sys.stderr)
+            raise typer.Exit(2) from None
         err.print(f"status page on {server.url}/ (JSON: {server.url}/status.json); "
                   f"Ctrl-C to stop", highlight=False, soft_wrap=True)
         print(f"{server.url}/", flush=True)  # the URL alone on stdout, for scripts

@@ -160,6 +160,9 @@ class VolumeConfig(_Section):
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     data_retention_days: float = Field(7.0, ge=0)
+    deletion_vectors: bool | None = Field(None, description=(
+        "merge-on-read directory table (DESIGN §4.8); default: on where the warehouse is a "
+        "local disk or S3"))
     notification: dict[str, Any] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     streams: dict[str, StreamConfig] = Field(default_factory=dict)

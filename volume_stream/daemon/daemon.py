@@ -130,6 +130,8 @@ class Daemon:
                     f"given to create it")
             options: dict[str, Any] = {"data_retention_days": cfg.data_retention_days,
                                        **cfg.options}
+            if cfg.deletion_vectors is not None:
+                options["deletion_vectors"] = cfg.deletion_vectors
             if cfg.include:
                 options["include"] = list(cfg.include)
             if cfg.exclude:
@@ -373,7 +375,7 @@ class Daemon:
 
 #: the notification an object-store volume listens with, by its location's scheme
 _QUEUE_OF = {"s3": "AWS_SQS (queue_url = ...)", "s3a": "AWS_SQS (queue_url = ...)",
-             "oss": "ALIYUN_MNS (queue_name = ...)",
+             "oss": "ALIYUN_MNS (queue_name = ...)", "gs": "GCP_PUBSUB (subscription = ...)",
              "abfss": "AZURE_STORAGE_QUEUE (queue_name = ...)",
              "az": "AZURE_STORAGE_QUEUE (queue_name = ...)"}
 

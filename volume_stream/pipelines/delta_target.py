@@ -27,6 +27,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from connectors.secrets import is_secret
+from volume_stream import _jars
 from volume_stream.errors import ConfigError, ConsumeConflictError, VolumeStreamError
 from volume_stream.pipelines.executor import (
     ERROR_SCHEMA,
@@ -49,7 +50,10 @@ Pipeline = Any
 
 
 def spark_uri(uri: str) -> str:
-    """A table location as Spark reads it (S3 through hadoop-aws's `s3a://`)."""
+    """A table location as Spark reads it (S3 through hadoop-aws's `s3a://`: a `ConfigError`
+    naming `volume-stream jars fetch s3` when those jars are not fetched)."""
+    if uri.startswith(("s3://", "s3a://")):
+        _jars.require("s3", f"a Spark table on S3 ({uri})")
     return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
 
 
@@ -117,7 +121,7 @@ def run_delta_batch(pipeline: Pipeline) -> PipelineMetrics:
         counts.update(_write_batch(pipeline, items, app_id, batch_id, catalog.object_reader(
             volume)))
     crash_point("after_target_commit")
-    catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id)
+    catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id, rows=records.num_rows)
     return PipelineMetrics(**metrics, **counts, seconds=time.monotonic() - started)
 
 

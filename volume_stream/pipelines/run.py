@@ -245,7 +245,7 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
                 bar.update(task, completed=stop)
             start = stop
     crash_point("after_target_commit")
-    catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id)
+    catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id, rows=records.num_rows)
     return PipelineMetrics(**metrics, **counts, seconds=time.monotonic() - started)
 
 

@@ -41,7 +41,9 @@ _CHANGE_ORDER = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "inse
 def file_history(table: Any, volume: str, path: str,
                  commit_times: dict[int, str | None]) -> dict[str, Any]:
     """Every change of `path` in the volume's kept versions, its row at each of them (time
-    travel), the stream records they made, and its row now (see the module docstring).
+    travel), the stream records they made, and its row now (see the module docstring). The
+    path is taken as given, spaces included (a leading `/` is dropped when no path of the
+    volume starts with it).
 
     `commit_times` maps versions to their ISO commit times (the caller's kept history).
 
@@ -49,9 +51,18 @@ def file_history(table: Any, volume: str, path: str,
         InvalidInputError: an empty path.
         VolumeStreamError: the table could not be read (named after the volume).
     """
-    path = path.strip().lstrip("/")
     if not path:
         raise InvalidInputError("give the file's path relative to the volume, e.g. a/b.csv")
+    found = _history(table, volume, path, commit_times)
+    if path.startswith("/") and not found["versions"] and not found["exists"]:
+        # "/a.txt" for a.txt, unless a path of the volume really starts with "/"
+        return file_history(table, volume, path.lstrip("/"), commit_times)
+    return found
+
+
+def _history(table: Any, volume: str, path: str,
+             commit_times: dict[int, str | None]) -> dict[str, Any]:
+    """`file_history` of exactly `path` (" a.txt" and "a.txt" are two files)."""
     with converted(f"volume {volume!r}"):
         latest, oldest = table.version(), table.oldest_version()
         bucket = table.layout().bucket_of(path)

@@ -4,8 +4,10 @@
 (`/status.json`) and `volume-stream status [--json]` show: every volume (location, files,
 bytes, latest version and commit time, and under a daemon its listener's state), every stream
 (offset, latest version, pending changes, stale or not, how long the oldest pending commit has
-waited), the daemon's pipelines, and the change logs (shards). `file_history` is every change
-record of one file, oldest first. Everything here only reads.
+waited), the daemon's pipelines, the change logs (shards), and the SQL tables with their
+streams and change logs (`serve.table_facts`); a stream's page adds its last consumed batches
+(version range, records, when). `file_history` is every change record of one file, oldest
+first. Everything here only reads.
 
     source = StatusSource(connect("./warehouse"))
     facts = source.status()          # plain JSON-able dicts and lists
@@ -28,9 +30,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from volume_stream.errors import InvalidInputError, VolumeStreamError, converted
-from volume_stream.serve.charts import Timeline, charts
+from volume_stream.serve.charts import DEFAULT_RANGE, RANGES, Timeline, charts
 from volume_stream.serve.facts import VolumeFacts
 from volume_stream.serve.file_history import file_history
+from volume_stream.serve.table_facts import table_rows
 from volume_stream.streams.registry import pinned_end
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME
@@ -116,20 +119,21 @@ class StatusSource:
         self._rows: dict[str, tuple[tuple, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ the whole picture
-    def status(self) -> dict[str, Any]:
-        """Every volume, stream, pipeline and change log, as plain JSON-able values.
+    def status(self, span_s: float = RANGES[DEFAULT_RANGE]) -> dict[str, Any]:
+        """Every volume, stream, pipeline and change log, as plain JSON-able values, and the
+        charts over the last `span_s` seconds.
 
         Pages polling at once share one computation: facts younger than `min_interval_s`
-        are handed out again."""
+        are handed out again (each with the charts of its own range)."""
         with self._status_lock:
-            if self._last is not None and \
-                    time.monotonic() - self._last[0] < self.min_interval_s:
-                return self._last[1]
-            facts = self._status()
-            self._last = (time.monotonic(), facts)
-            return facts
+            if self._last is None or \
+                    time.monotonic() - self._last[0] >= self.min_interval_s:
+                self._last = (time.monotonic(), self._status())
+            facts, histories, now = self._last[1]
+        return {**facts, "charts": _plain(charts(histories, self.timeline, now=now,
+                                                 span_s=span_s))}
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> tuple[dict[str, Any], list[tuple[list[datetime], bool]], float]:
         now = self.clock()
         live = self._live()
         state = self.catalog.warehouse.read()
@@ -143,23 +147,24 @@ class StatusSource:
             "streams": self.streams(now, state=state),
             "pipelines": self.pipelines(live),
             "change_logs": self.change_logs(state),
+            "tables": table_rows(self.catalog.tables, state, _error),
         }
         facts["summary"] = {
             "volumes": len(volumes),
             "files": sum(v.get("files") or 0 for v in volumes),
             "bytes": sum(v.get("bytes") or 0 for v in volumes),
             "streams": len(facts["streams"]),
+            "tables": len(facts["tables"]),
             "pending_changes": sum(s.get("pending_changes") or 0 for s in facts["streams"]),
             "stale_streams": sum(1 for s in facts["streams"] if s.get("stale")),
-            "errors": sum(1 for part in ("volumes", "streams", "pipelines")
+            "errors": sum(1 for part in ("volumes", "streams", "pipelines", "tables")
                           for row in facts[part] if row.get("error")),
         }
         if self._own_timeline:
             self.timeline.record({"pending": facts["summary"]["pending_changes"]},
                                  at=now.timestamp())
-        facts["charts"] = charts(histories, self.timeline, now=now.timestamp())
         streams = facts.pop("streams")  # built of plain values already: 1,000 rows unwalked
-        return {**_plain(facts), "streams": streams}
+        return {**_plain(facts), "streams": streams}, histories, now.timestamp()
 
     def _live(self) -> dict[str, Any]:
         if self.live is None:
@@ -346,7 +351,10 @@ class StatusSource:
         if not row.get("error") and not row.get("stale"):
             table = self.catalog.read_stream_arrow(name)
             records = table.slice(0, limit).to_pylist()
-        return _plain({**row, "records": records, "records_shown": len(records)})
+        stored = self.catalog.warehouse.read().get((STREAM, name)) or {}
+        consumed = list(reversed(stored.get("consumed", [])))  # newest first
+        return _plain({**row, "records": records, "records_shown": len(records),
+                       "consumed": consumed})
 
     # ------------------------------------------------------------------ pipelines, logs
     @staticmethod

@@ -40,6 +40,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from volume_stream.errors import ConfigError, InvalidInputError, NotFoundError, VolumeStreamError
+from volume_stream.serve.charts import DEFAULT_RANGE, RANGES, range_seconds
 from volume_stream.serve.server import is_loopback
 from volume_stream.serve.status import StatusSource
 
@@ -104,7 +105,25 @@ def _streams_page(streams: list[dict[str, Any]], page: Any) -> dict[str, Any]:
             "total": len(streams)}
 
 
+def _count(n: Any) -> str:
+    """A count with thousands separators (12,345); anything else as it is."""
+    if isinstance(n, bool) or not isinstance(n, int | float):
+        return "" if n is None else str(n)
+    if isinstance(n, float) and not n.is_integer():
+        return f"{n:,.2f}"
+    return f"{int(n):,}"
+
+
+def _json_href(path: str) -> str:
+    """A page's JSON twin: `/status.json` for `/`, else the path with `.json`."""
+    return "/status.json" if path in ("", "/") else f"{path}.json"
+
+
 _ENV.globals["streams_page"] = _streams_page
+_ENV.globals["ranges"] = list(RANGES)
+_ENV.globals["default_range"] = DEFAULT_RANGE
+_ENV.filters["n"] = _count
+_ENV.filters["json_href"] = _json_href
 _ENV.filters["size"] = _size
 _ENV.filters["age"] = _age
 _ENV.filters["q"] = lambda v: quote(str(v), safe="")
@@ -172,7 +191,8 @@ def status_routes(source: StatusSource) -> list[BaseRoute]:
         return source.file_history(volume, path)
 
     views: list[tuple[str, str, Callable[[Request], dict[str, Any]]]] = [
-        ("/status", "index.html", lambda r: source.status()),
+        ("/status", "index.html",
+         lambda r: source.status(range_seconds(r.query_params.get("range")))),
         ("/volumes/{name}", "volume.html", lambda r: source.volume(r.path_params["name"])),
         ("/streams/{name}", "stream.html", lambda r: source.stream(r.path_params["name"])),
         ("/files", "file.html", files),

@@ -213,14 +213,18 @@ def fitting(slices: list[tuple[Window, int, int]], max_bytes: int, keep_old: boo
 
 
 def _same(t: pa.Table, a: np.ndarray, b: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
-    """Per pair (a[k], b[k]) of rows: whether every public column is equal (nulls equal)."""
+    """Per pair (a[k], b[k]) of rows: whether every one of `columns` is equal, NULL-safe (SQL's
+    `IS NOT DISTINCT FROM`: a NULL equals a NULL) and NaN equal to NaN (as Spark and DuckDB
+    compare, and sort, them) - the rule that pairs a key's images and finds no-op rewrites."""
     same = np.ones(len(a), bool)
     ia, ib = pa.array(a), pa.array(b)
     for col in columns:
         x, y = t[col].take(ia), t[col].take(ib)
         eq = pc.fill_null(pc.equal(x, y), False)
-        both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-        same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
+        both = pc.and_(pc.is_null(x), pc.is_null(y))
+        if pa.types.is_floating(x.type):
+            both = pc.or_(both, pc.fill_null(pc.and_(pc.is_nan(x), pc.is_nan(y)), False))
+        same &= pc.or_(eq, both).to_numpy(zero_copy_only=False)
     return same
 
 
@@ -343,13 +347,7 @@ def _window_of(cdf: pa.Table | None, idx: np.ndarray | None, key: str | tuple[st
     # an old image followed by a new one of the same version: a pair if the keys match
     at = np.flatnonzero(is_old[:-1] & ~is_old[1:] & (v[:-1] == v[1:]))
     if len(at):
-        same_key = np.ones(len(at), bool)
-        for k in keys:  # every key column equal (a null equals nothing)
-            col = cdf[k]
-            same_key &= pc.fill_null(pc.equal(col.take(pa.array(perm[at])),
-                                              col.take(pa.array(perm[at + 1]))), False
-                                     ).to_numpy(zero_copy_only=False)
-        at = at[same_key]
+        at = at[_same(cdf, perm[at], perm[at + 1], keys)]  # NULL-safe: NULL pairs with NULL
     old = np.where(is_old, perm, -1)
     new = np.where(is_old, -1, perm)
     if len(at):

@@ -234,7 +234,7 @@ class _Parser:
         seen: dict[str, Any] = {}
         tokens: dict[str, _Token] = {}
         clauses = ("LOCATION", "USING", "NOTIFICATION", "DIRECTORY", "RECURSIVE",
-                   "DATA_RETENTION_DAYS", "INCLUDE", "EXCLUDE", "COMMENT")
+                   "DATA_RETENTION_DAYS", "DELETION_VECTORS", "INCLUDE", "EXCLUDE", "COMMENT")
         while self.peek().kind != "end":
             token = self.peek()
             clause = token.upper
@@ -263,8 +263,8 @@ class _Parser:
         recursive = seen.get("RECURSIVE")
         if recursive is not None and not isinstance(recursive.value, bool):
             raise self.error("RECURSIVE takes TRUE or FALSE", recursive.token)
-        options = {k: seen[k] for k in ("DATA_RETENTION_DAYS", "INCLUDE", "EXCLUDE", "COMMENT")
-                   if k in seen}
+        options = {k: seen[k] for k in ("DATA_RETENTION_DAYS", "DELETION_VECTORS", "INCLUDE",
+                                        "EXCLUDE", "COMMENT") if k in seen}
         return CreateVolume(name, seen["LOCATION"], seen.get("USING"), seen.get("NOTIFICATION"),
                             seen.get("DIRECTORY"), None if recursive is None else recursive.value,
                             options, replace, if_not_exists, tokens["LOCATION"],
@@ -328,6 +328,13 @@ class _Parser:
             return AlterTable(name, props)
         self.expect("VOLUME", context="ALTER")
         name = self.identifier("volume")
+        if self.accept("SET"):  # the one property a volume's table can change: DESIGN §4.8
+            props = self.prop_list("SET", parens=False)
+            self.done(f"ALTER VOLUME {name} SET")
+            if list(props) != ["DELETION_VECTORS"] or props["DELETION_VECTORS"].value is not True:
+                raise self.error(f"ALTER VOLUME {name} SET takes DELETION_VECTORS = TRUE only",
+                                 expected=("DELETION_VECTORS = TRUE",))
+            return AlterVolume(name, "UPGRADE")
         self.expect("REFRESH", context=f"ALTER VOLUME {name}")
         self.done(f"ALTER VOLUME {name} REFRESH")
         return AlterVolume(name)

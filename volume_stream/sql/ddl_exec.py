@@ -70,7 +70,7 @@ def _create_connection(catalog, stmt: ddl.CreateConnection) -> SqlResult:
         if secretish:
             if key not in CREDENTIALS[ctype]:
                 raise _fail(prop.token,
-                            f"unknown credential {key} for a {ctype} connection; known: "
+                            f"unknown credential {key} for an {ctype} connection; known: "
                             f"{', '.join(sorted(CREDENTIALS[ctype]))}")
             if not isinstance(prop.value, ddl.EnvRef):
                 # the value is deliberately not echoed: it is a secret
@@ -304,6 +304,12 @@ def _execute(catalog, stmt: Any, statement: Statement) -> SqlResult:
         return _create_stream(catalog, stmt)
     if isinstance(stmt, ddl.AlterTable):
         return _alter_table(catalog, stmt)
+    if isinstance(stmt, ddl.AlterVolume) and stmt.action == "UPGRADE":
+        name = resolve(catalog.warehouse.read(), VOLUME, stmt.name)
+        version = catalog.upgrade_volume(name)
+        return _rows("ALTER VOLUME", [{"volume": name, "version": version}],
+                     f"{name}: deletion vectors " + ("on already" if version is None
+                                                     else f"on at version {version}"))
     if isinstance(stmt, ddl.AlterVolume):
         name = resolve(catalog.warehouse.read(), VOLUME, stmt.name)
         m = catalog.refresh(name)

@@ -1,8 +1,10 @@
 """What a CREATE EXTERNAL VOLUME statement means: the `create_volume` call it makes, with its
 notification, connector options and credentials, worked out without creating anything.
 
-`QUEUE_TYPE = 'ALICLOUD_MNS' | 'AWS_SQS' | 'AZURE_STORAGE_QUEUE' | 'LOCAL'` maps onto
-`MnsNotification`, `SqsNotification`, `AzureQueueNotification` or `LocalNotification`. The MNS endpoint and the SQS queue URL are derived from
+`QUEUE_TYPE = 'ALICLOUD_MNS' | 'AWS_SQS' | 'GCP_PUBSUB' | 'AZURE_STORAGE_QUEUE' | 'LOCAL'` maps
+onto `MnsNotification`, `SqsNotification`, `PubSubNotification` (QUEUE_NAME is the
+subscription, 'projects/P/subscriptions/S'), `AzureQueueNotification` (abfss:// and az://
+locations; ENDPOINT is the queue service's) or `LocalNotification`. The MNS endpoint and the SQS queue URL are derived from
 the connection's role ARN (its account) and region unless given as ENDPOINT / QUEUE_URL; other
 NOTIFICATION options are checked against the listener's own parameters. A connection gives its
 endpoint (and region, for S3) as connector options and its credentials' variables, read when
@@ -42,7 +44,7 @@ CREDENTIALS = {
            "SESSION_TOKEN": "aws_session_token"},
 }
 _SCHEMES = {"OSS": "oss", "S3": "s3"}
-_QUEUE_TYPES = {"ALICLOUD_MNS": "oss", "AWS_SQS": "s3", "LOCAL": "file",
+_QUEUE_TYPES = {"ALICLOUD_MNS": "oss", "AWS_SQS": "s3", "GCP_PUBSUB": "gs", "LOCAL": "file",
                 "AZURE_STORAGE_QUEUE": "abfss"}
 #: other schemes a queue type serves besides its own
 _ALSO = {"AZURE_STORAGE_QUEUE": ("az",)}
@@ -139,6 +141,16 @@ def _listener_options(qtype: str) -> set[str]:
         return set(azure_queue_options()) - {"queue_endpoint"}  # that is ENDPOINT
     if qtype == "ALICLOUD_MNS":
         from connectors.alicloud.listener import MnsListener as listener
+    elif qtype == "GCP_PUBSUB":
+        import dataclasses
+
+        from connectors.gcp.client import GcpOptions
+        from connectors.gcp.listener import PubSubListener as listener
+
+        names = {p.name for p in inspect.signature(listener.__init__).parameters.values()
+                 if p.kind is p.KEYWORD_ONLY}
+        return (names | {f.name for f in dataclasses.fields(GcpOptions)}) - {
+            "bucket", "prefix", "recursive", "suffix"}
     else:
         import dataclasses
 
@@ -158,8 +170,8 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
         return None
     where = stmt.notification_token
     if "QUEUE_TYPE" not in note:
-        raise SqlSyntaxError("NOTIFICATION needs QUEUE_TYPE ('ALICLOUD_MNS', 'AWS_SQS' or "
-                             "'LOCAL')", where.line, where.column)
+        raise SqlSyntaxError("NOTIFICATION needs QUEUE_TYPE ('ALICLOUD_MNS', 'AWS_SQS', "
+                             "'GCP_PUBSUB' or 'LOCAL')", where.line, where.column)
     type_prop = note.pop("QUEUE_TYPE")
     qtype = str(literal(type_prop, "QUEUE_TYPE", str)).upper()
     if qtype not in _QUEUE_TYPES:
@@ -208,6 +220,8 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
         if "ENDPOINT" in note:
             extra["queue_endpoint"] = str(note["ENDPOINT"].value)
         return NotificationPlan(qtype, (queue_name,), extra)
+    if qtype == "GCP_PUBSUB":  # QUEUE_NAME is the subscription's full name
+        return NotificationPlan("GCP_PUBSUB", (queue_name,), extra)
     account = _account(conn, note)
     if qtype == "ALICLOUD_MNS":
         endpoint = str(note["ENDPOINT"].value) if "ENDPOINT" in note else None
@@ -283,6 +297,8 @@ def plan_volume(catalog, stmt: ddl.CreateVolume) -> VolumePlan:
     for key, prop in (stmt.options or {}).items():
         if key == "DATA_RETENTION_DAYS":
             options["data_retention_days"] = literal(prop, key, (int, float))
+        elif key == "DELETION_VECTORS":
+            options["deletion_vectors"] = literal(prop, key, bool)
         elif key == "COMMENT":
             metadata["comment"] = literal(prop, key, str)
         else:

@@ -32,7 +32,10 @@ from volume_stream.volumes.registry import VolumeRegistry
 from volume_stream.volumes.spec import VolumeSpec
 from volume_stream.warehouse import STREAM, VOLUME, CatalogState, check_name, entry, now
 
-__all__ = ["StreamRegistry", "pinned_end"]
+__all__ = ["CONSUMED_KEPT", "StreamRegistry", "pinned_end"]
+
+#: consumed batches a stream keeps in its catalog entry (`consumed`: the status page shows them)
+CONSUMED_KEPT = 20
 
 
 class StreamRegistry:
@@ -60,7 +63,25 @@ class StreamRegistry:
     def create(self, name: str, on_volume: str | None = None, *, on_table: str | None = None,
                mode: str = "STANDARD", show_initial_rows: bool = False,
                at_timestamp: datetime | str | None = None,
-               replace: bool = False) -> dict[str, Any]:
+               replace: bool = False, if_not_exists: bool = False) -> dict[str, Any]:
+        """A new stream; `if_not_exists`: one of that name is left as it is (its offset too)
+        and its stored spec returned."""
+        if replace and if_not_exists:
+            raise InvalidInputError("give replace or if_not_exists, not both")
+        try:
+            if if_not_exists and (STREAM, name) in self.warehouse.read():
+                raise AlreadyExistsError(STREAM, name)
+            return self._create(name, on_volume, on_table, mode, show_initial_rows,
+                                at_timestamp, replace)
+        except AlreadyExistsError:
+            existing = self.warehouse.read().get((STREAM, name))
+            if not if_not_exists or existing is None:
+                raise
+            return dict(existing)
+
+    def _create(self, name: str, on_volume: str | None, on_table: str | None, mode: str,
+                show_initial_rows: bool, at_timestamp: datetime | str | None,
+                replace: bool) -> dict[str, Any]:
         check_name(STREAM, name)
         tstreams.check_target(on_volume, on_table)
         if on_table is not None:
@@ -210,8 +231,10 @@ class StreamRegistry:
                 raise StaleStreamError(name, a, exc.oldest) from exc
 
     def commit_offset(self, name: str, volume_id: str, start: int, end: int,
-                      batch_id: int) -> None:
-        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap)."""
+                      batch_id: int, rows: int | None = None) -> None:
+        """Move the stream's offset from `start` to `end` if nobody else has (compare-and-swap),
+        and keep the batch among its last `CONSUMED_KEPT` consumed ones (`rows`: its records,
+        when the consumer counted them)."""
 
         def advance(state: CatalogState) -> None:
             spec = entry(state, STREAM, name)
@@ -219,8 +242,12 @@ class StreamRegistry:
                     or spec["offset"] != start \
                     or spec["batch_id"] != batch_id:
                 raise ConsumeConflictError(name, start, spec["offset"])
+            at = now()
             spec.update(offset=end, batch_id=batch_id + 1, initial_pending=False,
-                        consumed_at=now())
+                        consumed_at=at)
+            spec["consumed"] = [*spec.get("consumed", []), {
+                "batch_id": batch_id, "start": start, "end": end, "rows": rows,
+                "at": at}][-CONSUMED_KEPT:]
             spec.pop("pinned", None)
 
         self.warehouse.mutate(advance)
@@ -232,7 +259,8 @@ class StreamRegistry:
         spec, volume = self.spec(name)
         with converted(f"stream {name!r}"):
             table = self._table(volume)
-            info = {k: v for k, v in spec.items() if k not in ("volume_id", "pinned")}
+            info = {k: v for k, v in spec.items()
+                    if k not in ("volume_id", "pinned", "consumed")}
             info["pinned_end"] = pinned_end(spec)
             info["latest_version"] = table.version()
             info["oldest_version"] = table.oldest_version()

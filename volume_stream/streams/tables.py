@@ -65,7 +65,7 @@ def records(store: TableStore, spec: dict[str, Any], a: int, b: int) -> pa.Table
 def describe(store: TableStore, spec: dict[str, Any]) -> dict[str, Any]:
     check_table(store, spec)
     table = spec["table"]
-    info = {k: v for k, v in spec.items() if k not in ("table_id", "pinned")}
+    info = {k: v for k, v in spec.items() if k not in ("table_id", "pinned", "consumed")}
     info["latest_version"] = store.version(table)
     info["oldest_version"] = store.oldest_version(table)
     info["stale"] = spec["offset"] < info["oldest_version"]

@@ -99,6 +99,9 @@ def _same(a: pa.Table, b: pa.Table, columns: pa.Schema) -> pa.ChunkedArray:
     for f in columns:
         eq = pc.fill_null(pc.equal(a[f.name], b[f.name]), False)
         both_null = pc.and_(pc.is_null(a[f.name]), pc.is_null(b[f.name]))
+        if pa.types.is_floating(f.type):  # NaN equals NaN (as Spark compares them)
+            both_null = pc.or_(both_null, pc.fill_null(
+                pc.and_(pc.is_nan(a[f.name]), pc.is_nan(b[f.name])), False))
         same = pc.and_(same, pc.or_(eq, both_null))
     return same
 

@@ -58,6 +58,11 @@ def sql_type(t: pa.DataType) -> str:
     return names.get(t, str(t).upper())
 
 
+def _a(word: str) -> str:
+    """`word` with its article, as it is read: "an INT", "a STRING", "an ARRAY<...>"."""
+    return f"{'an' if word[:1].upper() in 'AEIOU' else 'a'} {word}"
+
+
 def _family(t: pa.DataType) -> str:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "string"
@@ -101,8 +106,8 @@ def conform(rows: pa.Table, schema: pa.Schema, *, table: str,
         src, dst = _family(col.type), _family(field.type)
         if src != "null" and src != dst:
             raise InvalidInputError(
-                f"table {table!r}, column {field.name!r}: cannot store a {sql_type(col.type)} "
-                f"value in a {sql_type(field.type)} column (type mismatch)")
+                f"table {table!r}, column {field.name!r}: cannot store {_a(sql_type(col.type))} "
+                f"value in {_a(sql_type(field.type))} column (type mismatch)")
         try:
             if pa.types.is_timestamp(col.type) and pa.types.is_timestamp(field.type) \
                     and col.type.tz is None and field.type.tz is not None:

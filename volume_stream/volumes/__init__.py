@@ -1,7 +1,8 @@
 """Volumes: where files live, how their events arrive, and which files count (DESIGN §2).
 
     spec           VolumeSpec (stored form, include/exclude/recursion predicate)
-    notifications  LocalNotification, SqsNotification, MnsNotification, AzureQueueNotification
+    notifications  LocalNotification, SqsNotification, MnsNotification, PubSubNotification,
+                   AzureQueueNotification
     backends       scheme → connector lister / reader / listener; normalize_location
     refresh        listing → file events (the diff a refresh commits)
     batching       group commit: gather, BatchLimits, CommitModel
@@ -20,6 +21,7 @@ from volume_stream.volumes.notifications import (
     AzureQueueNotification,
     LocalNotification,
     MnsNotification,
+    PubSubNotification,
     SqsNotification,
     notification_from_dict,
     notification_types,
@@ -34,6 +36,7 @@ __all__ = [
     "Backend",
     "LocalNotification",
     "MnsNotification",
+    "PubSubNotification",
     "SqsNotification",
     "VolumeSpec",
     "backend_for",

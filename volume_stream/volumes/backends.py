@@ -1,7 +1,8 @@
 """Backends: how to list, read and listen to the volumes of one URL scheme (DESIGN §2, §6).
 
-`file://` is served by the local connector, `s3://` by S3 + SQS, `oss://` by OSS + MNS and
-`abfss://` / `az://` by Azure Blob Storage + a Storage Queue Event Grid writes to. Each
+`file://` is served by the local connector, `s3://` by S3 + SQS, `oss://` by OSS + MNS,
+`gs://` by GCS + Pub/Sub, and `abfss://` / `az://` by Azure Blob Storage + a Storage Queue Event
+Grid writes to. Each
 backend builds the connector's lister (for refresh), reader (for pipelines) and listener (for
 watch) from a volume's spec. Options that are not volume-stream's own (`OWN_OPTIONS`: endpoint,
 region, profile, credentials...) go to the connector.
@@ -25,6 +26,7 @@ from volume_stream.volumes.notifications import (
     AzureQueueNotification,
     LocalNotification,
     MnsNotification,
+    PubSubNotification,
     SqsNotification,
 )
 from volume_stream.volumes.spec import VolumeSpec
@@ -34,7 +36,7 @@ __all__ = ["BACKENDS", "OWN_OPTIONS", "Backend", "backend_for", "check_options",
 
 #: volume options volume-stream itself reads; everything else goes to the connector
 OWN_OPTIONS = frozenset({"include", "exclude", "data_retention_days", "spark_diff_threshold",
-                         "list_workers"})
+                         "list_workers", "deletion_vectors"})
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,27 @@ def _mns_listener(spec: VolumeSpec, notification: Any) -> Listener:
                        recursive=spec.recursive, **{**creds, **note.options})
 
 
+# ---------------------------------------------------------------------- GCS + Pub/Sub
+_gcs_lister, _gcs_reader = _store_connectors("connectors.gcp.store", "GcsLister", "GcsReader",
+                                            _connector_options)
+
+
+def _gcs_options() -> frozenset[str]:
+    from connectors.gcp.client import GcpOptions
+
+    return frozenset({f.name for f in dataclasses.fields(GcpOptions)})
+
+
+def _pubsub_listener(spec: VolumeSpec, notification: Any) -> Listener:
+    from connectors.gcp.listener import PubSubListener
+
+    note = _expect(spec, notification, PubSubNotification)
+    bucket, prefix = _bucket_prefix(spec)
+    # the volume's client options (project, credentials, emulators) serve Pub/Sub too
+    return PubSubListener(note.subscription, bucket=bucket, prefix=prefix,
+                          recursive=spec.recursive, **{**_connector_options(spec), **note.options})
+
+
 # ------------------------------------------------- Azure Blob / ADLS Gen2 + Storage Queue
 def _azure_where(spec: VolumeSpec) -> tuple[str, str, dict[str, Any]]:
     """(container, prefix, scope keywords) of `abfss://container@account.dfs.<suffix>/prefix/`
@@ -296,6 +319,7 @@ BACKENDS: dict[str, Backend] = {
     "oss": Backend(_oss_lister, _oss_reader, _mns_listener, _oss_known),
     "abfss": _AZURE,
     "az": _AZURE,
+    "gs": Backend(_gcs_lister, _gcs_reader, _pubsub_listener, _gcs_options),
 }
 
 

@@ -6,8 +6,11 @@ returns a `connectors.inventory.InventoryLister` over the destination bucket, re
 volume's own connector options (endpoint, credentials, role). The refresh then runs as for a
 listing (`VolumeRegistry._refresh`), with two differences made by `snapshot_diff`:
 
-* the listing's moment is the report's `creationTimestamp`, not the refresh's start: a delete
-  the report implies is dated then;
+* the listing's moment is the report's `creationTimestamp` (or the refresh's start, if that
+  is earlier: the manifest may be up to `CLOCK_SKEW` ahead), not the refresh's start: a delete
+  the report implies is dated then, and no row or tombstone the refresh writes is dated later
+  (an object's LastModifiedDate after it is cut back to it), so an event that follows the
+  refresh is always newer than what the report wrote;
 * the report is a snapshot of the past: a path whose last event (its row's `_event_time`, or a
   tombstone's) is newer than the report is left as the events made it. So an object created
   after the report is not deleted, an update after it is not undone, and an object the report
@@ -104,10 +107,10 @@ def newer_tombstones(table: DirectoryTable, created: datetime) -> pa.Array:
 
 def snapshot_diff(created: datetime, deleted_after: pa.Array,
                   diff: Callable[..., tuple[list, int]] | None = None) -> Callable[..., tuple]:
-    """A refresh diff (`diff_listing` or a Spark one) for a report made at `created`: the
-    stored rows whose last event is newer than the report, and the paths an event deleted
-    after it (`deleted_after`), are taken out of both sides first, so the report changes
-    none of them."""
+    """A refresh diff (`diff_listing` or a Spark one) for a report made at `created` (no later
+    than the refresh's start): the stored rows whose last event is newer than the report, and
+    the paths an event deleted after it (`deleted_after`), are taken out of both sides first,
+    so the report changes none of them; and no event it makes is dated after `created`."""
     diff = diff or diff_listing
 
     def run(listing: pa.Table, stored: pa.Table, listed_at: datetime, *,
@@ -125,6 +128,19 @@ def snapshot_diff(created: datetime, deleted_after: pa.Array,
         if len(skip) and listing.num_rows:
             listing = listing.filter(pc.invert(pc.is_in(listing["relative_path"],
                                                         value_set=skip)))
-        return diff(listing, stored, listed_at, store_times=store_times)
+        events, invalid = diff(listing, stored, listed_at, store_times=store_times)
+        return _not_after(events, created), invalid
 
     return run
+
+
+def _not_after(events: pa.Table, created: datetime) -> pa.Table:
+    """`events` with every `_event_time` after `created` set to `created`: a report's row
+    dated ahead (a LastModifiedDate in 2200) must not outrank the events that follow it."""
+    if not events.num_rows:
+        return events
+    column = events.schema.get_field_index("_event_time")
+    times = events.column(column)
+    when = pa.scalar(created, times.type)
+    return events.set_column(column, events.schema.field(column), pc.if_else(
+        pc.fill_null(pc.greater(times, when), False), when, times))

@@ -1,7 +1,9 @@
 """Notifications: where a volume's file events arrive (DESIGN §2, §6).
 
 `LocalNotification` watches a local folder; `SqsNotification` (S3 events on an SQS queue) and
-`MnsNotification` (OSS events on an MNS queue) name a queue plus connector options. Secrets given
+`MnsNotification` (OSS events on an MNS queue), `PubSubNotification` (GCS events on a Pub/Sub
+subscription) and `AzureQueueNotification` (Azure Blob events Event Grid writes to a Storage
+Queue) name a queue plus connector options. Secrets given
 to them are used in this process only: `to_dict`, the persisted form, drops them.
 
     cat.create_volume("raw", "s3://bucket/raw/",
@@ -19,7 +21,8 @@ from typing import Any
 from connectors.secrets import hide, is_secret
 from volume_stream.errors import ConfigError, InvalidInputError
 
-__all__ = ["AzureQueueNotification", "LocalNotification", "MnsNotification", "SqsNotification",
+__all__ = ["BY_SCHEME", "AzureQueueNotification", "LocalNotification", "MnsNotification",
+           "PubSubNotification", "SqsNotification", "notification_for",
            "notification_from_dict", "notification_types"]
 
 
@@ -147,6 +150,25 @@ def azure_queue_options() -> frozenset[str]:
     named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
     return frozenset(named - {"container", "prefix", "recursive", "suffix", "account"}
                      | {f.name for f in dataclasses.fields(AzureOptions)})
+class PubSubNotification(_Notification):
+    """GCS object notifications (a bucket's notification config, `JSON_API_V1` payload)
+    delivered to a Pub/Sub subscription.
+
+    Args:
+        subscription: "projects/PROJECT/subscriptions/NAME".
+        **options: `PubSubListener` options (max_workers, wait_time_seconds,
+            visibility_timeout, batch_size) and client options (project, credentials_file,
+            pubsub_endpoint for an emulator); by default Application Default Credentials.
+    """
+
+    type = "GCP_PUBSUB"
+
+    def __init__(self, subscription: str, **options: Any):
+        super().__init__(**options)
+        self.subscription = subscription
+
+    def _where(self) -> dict[str, Any]:
+        return {"subscription": self.subscription}
 
 
 NOTIFICATIONS: dict[str, type] = {
@@ -154,7 +176,28 @@ NOTIFICATIONS: dict[str, type] = {
     SqsNotification.type: SqsNotification,
     MnsNotification.type: MnsNotification,
     AzureQueueNotification.type: AzureQueueNotification,
+    PubSubNotification.type: PubSubNotification,
 }
+
+
+#: the notification a queue's address alone makes, by volume scheme (`volume create
+#: --notification`): an SQS queue URL, a Pub/Sub subscription, a Storage Queue's name
+BY_SCHEME: dict[str, type] = {"s3": SqsNotification, "gs": PubSubNotification,
+                              "abfss": AzureQueueNotification, "az": AzureQueueNotification}
+
+
+def notification_for(scheme: str, queue: str) -> Any:
+    """The notification of a `scheme://` volume whose events arrive on `queue` (its address).
+
+    Raises:
+        ConfigError: the scheme's queues need more than an address (or it has none).
+    """
+    cls = BY_SCHEME.get(scheme)
+    if cls is None:
+        known = ", ".join(f"{name}://" for name in sorted(BY_SCHEME))
+        raise ConfigError(f"--notification takes the queue of {known} volumes; a {scheme}:// "
+                          "volume's is set in the daemon's configuration, SQL or Python")
+    return cls(queue)
 
 
 def notification_types() -> dict[str, type]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, ClassVar
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -121,12 +122,28 @@ class VolumeRegistry:
 
     # ------------------------------------------------------------------ lifecycle
     def create(self, name: str, location: str | os.PathLike, *, recursive: bool = True,
-               notification: Any = None, replace: bool = False, **options: Any) -> VolumeSpec:
+               notification: Any = None, replace: bool = False, if_not_exists: bool = False,
+               **options: Any) -> VolumeSpec:
+        """A new volume; `if_not_exists`: one of that name is left as it is and returned."""
         check_name(VOLUME, name)
+        if replace and if_not_exists:
+            raise InvalidInputError("give replace or if_not_exists, not both")
+        if if_not_exists and (VOLUME, name) in self.warehouse.read():
+            return self.spec(name)
+        try:
+            return self._create(name, location, recursive, notification, replace, options)
+        except AlreadyExistsError:
+            if not if_not_exists:
+                raise
+            return self.spec(name)  # created by another process meanwhile
+
+    def _create(self, name: str, location: str | os.PathLike, recursive: bool,
+                notification: Any, replace: bool, options: dict[str, Any]) -> VolumeSpec:
         location = normalize_location(location)
         days = options.get("data_retention_days", 7)
         if not isinstance(days, int | float) or days < 0:
             raise InvalidInputError(f"data_retention_days must be a number >= 0, not {days!r}")
+        merge_on_read = self._deletion_vectors(options.get("deletion_vectors"))
         spec = VolumeSpec(name=name, id=self.warehouse.new_id(), location=location,
                           recursive=bool(recursive),
                           notification=notification.to_dict() if notification else None,
@@ -134,7 +151,8 @@ class VolumeRegistry:
         self._check_options(spec)  # fail now, not at the first refresh
         table_root = self.warehouse.volume_root(spec.name, spec.id)
         DirectoryTable.create(table_root, location, retention_days=spec.retention_days,
-                              storage_options=self.warehouse.storage_options)
+                              storage_options=self.warehouse.storage_options,
+                              deletion_vectors=merge_on_read)
 
         def register(state: CatalogState) -> VolumeSpec | None:
             old = state.get((VOLUME, name))
@@ -154,6 +172,26 @@ class VolumeRegistry:
         self._runtime_options[name] = dict(options)
         self._runtime_notifications[name] = notification
         return spec
+
+    def _deletion_vectors(self, wanted: Any) -> bool:
+        """Whether a new volume's directory table is merge-on-read (DESIGN §4.8): by default
+        where our commit writer serves the warehouse's store (a local disk or S3)."""
+        if wanted is not None and not isinstance(wanted, bool):
+            raise InvalidInputError(f"deletion_vectors must be true or false, not {wanted!r}")
+        serves = urlparse(self.warehouse.uri).scheme.lower() in ("", "file", "s3", "s3a")
+        if wanted and not serves:
+            raise InvalidInputError(
+                f"deletion_vectors: volume-stream writes deletion vectors to warehouses on a "
+                f"local disk or S3 only, not {self.warehouse.uri}")
+        return serves if wanted is None else wanted
+
+    def upgrade(self, name: str) -> int | None:
+        """Turn deletion vectors on for volume `name`'s directory table (merge-on-read from
+        the next batch on); the version of the upgrade, or None when it had them already."""
+        spec = self.spec(name)
+        self._deletion_vectors(True)
+        with converted(f"volume {name!r}"):
+            return self.table(spec).enable_deletion_vectors()
 
     @staticmethod
     def _check_options(spec: VolumeSpec) -> None:
@@ -271,7 +309,10 @@ class VolumeRegistry:
         stored_rows = int(pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"])
                           .as_py() or 0)
         lister = report or backend_for(spec).lister(self.with_options(spec))
-        listed_at = report.manifest.created if report else started
+        # a report's moment, never after this refresh began: nothing it writes may outrank an
+        # event that follows the refresh (DESIGN §4.4; `parse_manifest` refused one dated
+        # more than CLOCK_SKEW ahead)
+        listed_at = min(report.manifest.created, started) if report else started
         globs = spec.options.get("include") or spec.options.get("exclude")
         accept = spec.accepts() if globs else None
         columns = ["relative_path", "size", "etag", "last_modified_time", "_sequencer",
@@ -327,13 +368,14 @@ class VolumeRegistry:
         # names the lister skipped as unsafe (backslash, control character, undecodable)
         invalid += int(getattr(lister, "malformed", 0) or 0)
         seconds = (datetime.now(UTC) - started).total_seconds()
-        log.info("refresh %s%s: listed %d, +%d ~%d -%d in %.2fs", spec.name,
-                 f" from the inventory of {listed_at.isoformat()}" if report else "", listed,
-                 *counts, seconds)
+        log.info("refresh %s%s: listed %d, +%d ~%d -%d%s in %.2fs", spec.name,
+                 f" from the inventory of {report.manifest.created.isoformat()}" if report
+                 else "", listed, *counts, f", {invalid} skipped (unsafe or undecodable names)"
+                 if invalid else "", seconds)
         return RefreshMetrics(listed=listed, inserted=counts[0], updated=counts[1],
                               deleted=counts[2], version=version,
                               invalid_paths=invalid, seconds=seconds,
-                              inventory_created=listed_at if report else None)
+                              inventory_created=report.manifest.created if report else None)
 
     def watcher(self, volume: str) -> VolumeWatcher:
         spec = self.with_options(self.spec(volume))

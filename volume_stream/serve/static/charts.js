@@ -1,9 +1,11 @@
 /* The status page's charts (uPlot, served beside this file): drawn once, then fed the data
    each htmx poll brings in <script type="application/json" id="chart-data">. The chart
-   boxes are hx-preserve'd, so a poll swaps the numbers, not the canvases. */
+   boxes are hx-preserve'd, so a poll swaps the numbers, not the canvases. Every chart spans
+   the page's time range (`from`..`to`); a null in a series is a gap in its line. */
 (function () {
   "use strict";
   var plots = {};
+  var latest = null;  /* the last chart data: the scales read their range from it */
   var blue = "#1a5fb4", green = "#1b7f3a", orange = "#a15c00", grey = "#555";
 
   function series(label, colour, dash) {
@@ -33,6 +35,7 @@
     var source = document.getElementById("chart-data");
     if (!source || typeof uPlot === "undefined") { return; }
     var c = JSON.parse(source.textContent);
+    latest = c;
     var all = specs(c);
     Object.keys(all).forEach(function (id) {
       var el = document.getElementById(id), spec = all[id];
@@ -45,7 +48,11 @@
       plots[id] = new uPlot({
         width: width(el), height: 180, legend: { live: false },
         cursor: { drag: { x: false, y: false } },
-        scales: { x: { time: true } },
+        /* every chart spans the chosen range (a fresh page's one sample is not stretched
+           over years), from zero up (one sample is not a 0-100 axis) */
+        scales: { x: { time: true, range: function () { return [latest.from, latest.to]; } },
+                  y: { range: function (u, min, max) {
+                    return [0, max > 0 ? max * 1.1 : 1]; } } },
         axes: [{ stroke: grey }, { stroke: grey }],
         series: [{}].concat(spec.series),
       }, spec.data, el);

@@ -1,0 +1,235 @@
+"""The key index of one merge-on-read directory table, kept at the table's version (DESIGN
+§4.8): opened or built, caught up from the log, and asked for a batch's stored rows.
+
+The index (`directory_table.keyindex`) is a cache, never the truth. `KeyCache.at(version)`
+returns it at exactly `version` or nothing:
+
+* opened from its folder (`<root>/<table id>`, on a local disk), built from the table's live
+  rows when it is missing, damaged, of another table, or ahead of the table;
+* caught up commit by commit when it is behind (another writer committed, or our own commit):
+  each commit's newly added data files are read (their live rows are the entries that moved
+  or arrived: new images, a compaction's files), and the paths its change feed deletes or
+  pre-images leave the index; a commit the index cannot follow that way (one that is gone
+  from the log, or changes the table's metadata) makes it rebuild;
+* held by one process at a time (an exclusive `flock` on `<folder>.lock`): another process
+  writing the same table gets no index and scans the candidate files instead
+  (`mor.load`), which gives the same rows.
+
+A lookup whose files the file index does not hold means the index is wrong: it is dropped and
+rebuilt, and the batch scans. `KeyCache.check` compares it with the table, for tests.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from directory_table import mor
+from directory_table.files import CommitLog, FileEntry, FileIndex
+from directory_table.filestore import Store
+from directory_table.keyindex import KeyIndex, live_batches
+from directory_table.keyindex_store import ENTRY_SCHEMA
+from directory_table.layout import Layout
+from directory_table.mor import marked_rows
+from directory_table.rewrite import Loaded
+
+__all__ = ["KeyCache", "default_root"]
+
+log = logging.getLogger(__name__)
+
+#: commits a behind index catches up one by one; further behind, it is rebuilt
+MAX_CATCH_UP = 200
+
+
+def default_root() -> str:
+    """Where key indexes live unless the table is told otherwise: the machine's temporary
+    folder (a cache: losing it costs a rebuild)."""
+    return os.path.join(tempfile.gettempdir(), "volume-stream-key-index")
+
+
+class KeyCache:
+    """The key index of the table at `table_uri`: one per table and process
+    (`KeyCache.of`), shared by its `DirectoryTable` objects; `lock` serializes its use."""
+
+    _caches: dict[tuple[str, str], KeyCache] = {}
+    _made = threading.Lock()
+
+    def __init__(self, table_uri: str, storage_options: dict[str, str], root: str):
+        self.uri, self.options, self.root = table_uri, storage_options, root
+        self.index: KeyIndex | None = None
+        self._lock_file: int | None = None
+        self._folder: Path | None = None
+        self.disabled = False
+        self.lock = threading.Lock()
+        #: batches planned from the index, and by scanning their candidate files
+        self.lookups = self.scans = 0
+
+    @classmethod
+    def of(cls, table_uri: str, storage_options: dict[str, str], root: str) -> KeyCache:
+        """This process's cache of the table at `table_uri` (its index in `root`)."""
+        with cls._made:
+            key = (table_uri, root)
+            if key not in cls._caches:
+                cls._caches[key] = cls(table_uri, storage_options, root)
+            return cls._caches[key]
+
+    # ------------------------------------------------------------ keeping it true
+    def at(self, dt: DeltaTable, files: FileIndex, changes) -> KeyIndex | None:
+        """The index at `files.version` (the version the batch plans on), or None when this
+        process cannot hold it. `changes(after, up_to)` is the table's change reader."""
+        if self.disabled:
+            return None
+        try:
+            return self._at(dt, files, changes)
+        except Exception as exc:  # a cache: never fail a batch for it
+            log.warning("key index of %s dropped (%s): batches scan their files until it is "
+                        "rebuilt", self.uri, exc)
+            self.index = None
+            return None
+
+    def _at(self, dt: DeltaTable, files: FileIndex, changes) -> KeyIndex | None:
+        table_id = dt.metadata().id
+        buckets = Layout.of(dt).buckets
+        if self._folder is None and not self._acquire(table_id):
+            self.disabled = True
+            return None
+        assert self._folder is not None
+        if self.index is None:
+            self.index = KeyIndex.open(self._folder, table_id, buckets)
+        index = self.index
+        if index is not None and index.version > files.version:
+            return None  # another of this process's handles committed since: scan this once
+        if index is not None and index.version < files.version \
+                and files.version - index.version <= MAX_CATCH_UP:
+            log_reader = CommitLog(self.uri, self.options)
+            for version in range(index.version + 1, files.version + 1):
+                if not self._follow(index, version, log_reader, files, changes):
+                    index = None
+                    break
+        if index is None or index.version != files.version:
+            index = self.index = self._build(table_id, buckets, files)
+        return index
+
+    def _follow(self, index: KeyIndex, version: int, log_reader: CommitLog,
+                files: FileIndex, changes) -> bool:
+        """Apply commit `version` to `index`; False when it cannot be followed."""
+        body = log_reader.commit(version)
+        if body is None:
+            return False
+        actions = [json.loads(line) for line in body.splitlines() if line.strip()]
+        if any("metaData" in a or "protocol" in a for a in actions):
+            return False
+        removed_files = {a["remove"]["path"] for a in actions if "remove" in a}
+        new = [a["add"] for a in actions if "add" in a and a["add"]["path"] not in removed_files]
+        data_change = any(a[k].get("dataChange", True) for a in actions
+                          for k in ("add", "remove") if k in a)
+        gone: list[str] = []
+        if data_change:
+            feed = changes(version - 1, version)
+            kinds = feed["_change_type"]
+            gone = feed.filter(pc.is_in(kinds, value_set=pa.array(
+                ["delete", "update_preimage"]))).column("relative_path").to_pylist()
+        entries = []
+        for add in new:
+            entry = files.entry(add["path"])
+            if entry is None:  # added and removed again later: its rows come then
+                continue
+            entries.append(entry)
+        added = pa.concat_tables(list(self._live(entries))) if entries else None
+        index.apply(version, gone, added if added is not None else _empty())
+        return True
+
+    def _live(self, entries: list[FileEntry]):
+        store = Store(self.uri, self.options)
+        items = [(e.path, e.bucket, _or_none(marked_rows(e, store))) for e in entries]
+        return live_batches(items, store.read)
+
+    def _build(self, table_id: str, buckets: int, files: FileIndex) -> KeyIndex:
+        entries = sorted(files.files(), key=lambda e: (e.bucket, e.low or "", e.path))
+        rows = sum(e.live_rows or 0 for e in entries)
+        log.info("building the key index of %s (%d rows, version %d)", self.uri, rows,
+                 files.version)
+        assert self._folder is not None
+        return KeyIndex.build(self._folder, table_id, buckets, files.version,
+                              self._live(entries), rows_hint=rows)
+
+    def _acquire(self, table_id: str) -> bool:
+        """Hold this table's index folder (False: another process holds it)."""
+        folder = Path(self.root) / table_id
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{folder}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            log.info("key index %s is held by another process: this one scans", folder)
+            return False
+        self._lock_file, self._folder = fd, folder
+        return True
+
+    def close(self) -> None:
+        if self._lock_file is not None:
+            os.close(self._lock_file)  # releases the flock
+            self._lock_file = self._folder = self.index = None
+
+    # ------------------------------------------------------------ lookups
+    def load(self, dt: DeltaTable, layout: Layout, files: FileIndex,
+             by_bucket: dict[int, list[str]], paths: list[str], base_url: str, changes,
+             ) -> Loaded:
+        """The stored rows of a merge-on-read batch's `paths` (`by_bucket`: the same, by
+        bucket): from the index when this process holds it (no data file read), else from
+        the candidate files (`mor.load`)."""
+        with self.lock:
+            index = self.at(dt, files, changes)
+            looked = self.lookup(index, paths, files) if index is not None else None
+        if looked is not None:
+            found, entries = looked
+            loaded = mor.from_index(found, entries, base_url, paths)
+            self.lookups += 1
+        else:
+            self.scans += 1
+            entries = [files.entry(c[2]) for c in files.candidates(layout, paths, by_bucket)]
+            loaded = mor.load(dt, entries, paths, Store(self.uri, self.options))
+        loaded.entries = entries
+        return loaded
+
+    def lookup(self, index: KeyIndex, paths: list[str], files: FileIndex,
+               ) -> tuple[pa.Table, list[FileEntry]] | None:
+        """The stored rows of `paths` with their file (an index into the entries returned)
+        and position; None when the index names a file the table does not hold (it is then
+        dropped, to be rebuilt)."""
+        found = index.lookup(paths)
+        names = found["file"].to_pylist()
+        unique = sorted(set(names))
+        entries = [files.entry(n) for n in unique]
+        if any(e is None for e in entries):
+            log.warning("key index of %s names a file the table does not hold: rebuilding",
+                        self.uri)
+            self.index = None
+            return None
+        number = {n: i for i, n in enumerate(unique)}
+        file_of = np.array([number[n] for n in names], dtype=np.int32)
+        return found.drop_columns(["file"]).append_column(
+            "__file_of", pa.array(file_of, pa.int32())), entries  # type: ignore[return-value]
+
+    def check(self, live: pa.Table) -> list[str]:
+        """Where the index disagrees with the table's live rows (`keyindex.check`)."""
+        return self.index.check(live) if self.index is not None else ["no key index"]
+
+
+def _or_none(marked: np.ndarray) -> np.ndarray | None:
+    return marked if len(marked) else None
+
+
+def _empty() -> pa.Table:
+    return ENTRY_SCHEMA.empty_table()

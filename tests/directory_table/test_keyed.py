@@ -1,0 +1,128 @@
+"""The key index in the merge-on-read write path (`directory_table.keyed`, DESIGN §4.8): batches
+planned from the index and batches planned by scanning the files end in the same table and
+the same change feed, the index agrees with the table after every commit (ours, another
+writer's, a compaction's), and a damaged or lost index is rebuilt."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connectors.events import FileEvent
+from directory_table import DirectoryTable
+from directory_table.filestore import Store
+from directory_table.keyed import KeyCache
+from directory_table.keyindex import live_batches
+from directory_table.mor import marked_rows
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PATHS = [f"d{i % 5}/f{i:03d}" for i in range(120)]
+COLUMNS = ["relative_path", "size", "etag", "_image_version"]
+
+
+def cache_of(table: DirectoryTable) -> KeyCache:
+    return KeyCache.of(table.delta().table_uri, table.storage_options, table.key_index_root)
+
+
+def live(table: DirectoryTable) -> pa.Table:
+    """The table's live rows with their data file and position, from the files themselves."""
+    _, files = table._write_state()
+    store = Store(table.path, {})
+    entries = sorted(files.files(), key=lambda e: e.path)
+    items = [(e.path, e.bucket, marked_rows(e, store) if e.dv else None) for e in entries]
+    parts = list(live_batches(items, store.read))
+    return pa.concat_tables(parts).drop_columns(["_bucket"])
+
+
+def assert_true_to(table: DirectoryTable) -> None:
+    """The index, caught up to the table's latest version (a batch catches it up over the
+    commits since the last one, its own included), agrees with the table's files."""
+    cache = cache_of(table)
+    dt, files = table._write_state()
+    with cache.lock:
+        cache.at(dt, files, table.changes)
+    assert cache.index is not None and cache.index.version == table.version()
+    assert cache.check(live(table)) == []
+
+
+def make(path: Path, indexed: bool) -> DirectoryTable:
+    table = DirectoryTable.create(str(path), "file:///d/", buckets=3,
+                                  target_file_size=64 * 40)  # files of 40 rows
+    table.key_index_root = str(path / "keys") if indexed else None
+    if not indexed:  # another process holds this table's index: scan
+        KeyCache.of(table.delta().table_uri, table.storage_options,
+                    str(path / "none")).disabled = True
+        table.key_index_root = str(path / "none")
+    return table
+
+
+BATCHES = st.lists(st.lists(st.tuples(st.sampled_from(PATHS), st.booleans()), min_size=1,
+                            max_size=30), min_size=1, max_size=6)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(BATCHES)
+def test_the_index_and_a_scan_plan_the_same_commits(tmp_path_factory, batches):
+    root = tmp_path_factory.mktemp("keyed")
+    tables = [make(root / "indexed", True), make(root / "scanned", False)]
+    for table in tables:
+        table.apply([FileEvent.created(p, size=1, etag="e0", last_modified_time=T0)
+                     for p in PATHS[::2]])
+    for k, batch in enumerate(batches, start=1):
+        at = T0 + timedelta(seconds=k)
+        events = [FileEvent.created(p, size=k, etag=f"e{k}", last_modified_time=at,
+                                    event_time=at) if put else
+                  FileEvent.removed(p, event_time=at) for p, put in batch]
+        results = [table.apply(events) for table in tables]
+        assert [(r.version, r.inserted, r.updated, r.deleted) for r in results[:1]] == \
+            [(r.version, r.inserted, r.updated, r.deleted) for r in results[1:]]
+        assert_true_to(tables[0])
+    indexed, scanned = tables
+    assert cache_of(scanned).index is None and cache_of(scanned).lookups == 0
+    assert cache_of(indexed).scans == 0 and cache_of(indexed).lookups == len(batches) + 1
+    rows = [sorted(t.snapshot(columns=COLUMNS).to_pylist(), key=repr) for t in tables]
+    assert rows[0] == rows[1]
+    feeds = [sorted(t.changes(0, t.version(), columns=COLUMNS).drop_columns(
+        ["_commit_version"]).to_pylist(), key=repr) for t in tables]
+    assert feeds[0] == feeds[1]
+
+
+def test_the_index_follows_other_writers_and_compaction(tmp_path):
+    table = make(tmp_path / "t", True)
+    table.apply([FileEvent.created(p, size=1, last_modified_time=T0) for p in PATHS])
+    table.apply([FileEvent.created(PATHS[0], size=2, last_modified_time=T0)])
+    assert_true_to(table)
+    other = DirectoryTable(table.root, table.base_url)  # another process: no index of its own
+    other.key_index_root = str(tmp_path / "other")
+    KeyCache.of(other.delta().table_uri, other.storage_options,
+                other.key_index_root).disabled = True
+    at = T0 + timedelta(seconds=5)
+    other.apply([FileEvent.created(p, size=5, last_modified_time=at) for p in PATHS[::7]]
+                + [FileEvent.removed(p, event_time=at) for p in PATHS[3::11]])
+    table.optimize(max_files_per_bucket=1)
+    table.apply([FileEvent.created("new", size=1, last_modified_time=at)])
+    assert_true_to(table)  # caught up over the other writer's commit and the compaction
+
+
+def test_a_lost_or_damaged_index_is_rebuilt(tmp_path):
+    table = make(tmp_path / "t", True)
+    table.apply([FileEvent.created(p, size=1, last_modified_time=T0) for p in PATHS])
+    table.apply([FileEvent.created(PATHS[1], size=2, last_modified_time=T0)])
+    cache = cache_of(table)
+    folder = cache._folder
+    assert folder is not None and folder.exists()
+    for damage in ("gone", "garbled"):
+        cache.index = None
+        if damage == "gone":
+            shutil.rmtree(folder)
+            folder.mkdir()
+        else:
+            (folder / "manifest.json").write_text("{not json")
+        at = T0 + timedelta(seconds=3)
+        table.apply([FileEvent.removed(PATHS[2], event_time=at)])
+        assert_true_to(table)
