@@ -34,7 +34,6 @@ from volume_stream.cli._common import (
     discard_new_warehouses,
     err,
     has_warehouse,
-    key_values,
     out,
     print_rows,
     quiet_py4j_interrupts,
