@@ -44,7 +44,7 @@ def test_cli_volume_create_with_a_notification_then_watch(tmp_path, azure_rig):
     assert cat.refresh("v3").inserted == 1
     result = runner.invoke(app, ["volume", "create", "v4", f"az://{azure_rig.container}/in/",
                                  "--option", "acount_name=x", *wh])
-    assert result.exit_code == 1 and "account_name" in result.output, result.output
+    assert result.exit_code == 1 and "account_name" in str(result.exception), result.output
 
 
 def test_sql_create_external_volume_on_abfss(tmp_path, azure_rig):
