@@ -31,23 +31,26 @@ def run(*args, code=0):
 def test_cli_volume_create_with_a_notification_then_watch(tmp_path, azure_rig):
     wh = ["--warehouse", str(tmp_path / "wh")]
     out = run("volume", "create", "landing", location(azure_rig), "--notification",
-              f"type=azure_storage_queue,queue_name={azure_rig.queue_name},wait_seconds=0", *wh)
+              azure_rig.queue_name, *wh)
     assert "created volume landing" in out
     azure_rig.put("in/a.csv", b"abc")
     cat = vs.connect(tmp_path / "wh")
     assert cat.watch("landing", until_idle=True, timeout=60, refresh=False).versions == [1]
     spec = cat.volume_spec("landing")
     assert spec.notification == {"type": "AZURE_STORAGE_QUEUE",
-                                 "queue_name": azure_rig.queue_name, "wait_seconds": 0}
+                                 "queue_name": azure_rig.queue_name}
+    run("volume", "create", "v3", f"az://{azure_rig.container}/in/", "--option",
+        f"account_name={ACCOUNT}", *wh)
+    assert cat.refresh("v3").inserted == 1
+    result = runner.invoke(app, ["volume", "create", "v4", f"az://{azure_rig.container}/in/",
+                                 "--option", "acount_name=x", *wh])
+    assert result.exit_code == 1 and "account_name" in str(result.exception), result.output
     # a secret on the command line, a notification without its queue: one error line each
     for args in (["--option", "account_key=abc"], ["--notification", "type=AZURE_STORAGE_QUEUE"],
                  ["--notification", "type=AZURE_STORAGE_QUEUE,queue_name=q,bogus=1"]):
         result = runner.invoke(app, ["volume", "create", "v2", f"az://{azure_rig.container}/",
                                      *args, *wh])
         assert result.exit_code == 1 and "Traceback" not in result.output, result.output
-    run("volume", "create", "v3", f"az://{azure_rig.container}/in/", "--option",
-        f"account_name={ACCOUNT}", *wh)
-    assert cat.refresh("v3").inserted == 1
 
 
 def test_cli_notification_a_queue_name_alone(tmp_path):

@@ -265,3 +265,48 @@ def test_a_pipeline_reads_the_blobs(tmp_path, azure_rig, azure_executors):
     got = DeltaTable(str(tmp_path / "warehouse" / "tables" / "out")).to_pyarrow_table()
     assert sorted(zip(got["relative_path"].to_pylist(), got["content"].to_pylist(),
                       strict=True)) == [("a.txt", "hello"), ("sub/b.txt", "azure!")]
+
+
+def test_no_azure_secret_is_shown_logged_raised_or_written(cat, azure_rig, monkeypatch,
+                                                          tmp_path, caplog):
+    """Azurite's key given as options (connection string, account key, SAS): used for real,
+    and found in no repr, str or pickle of what holds it, no log line, no error and no
+    warehouse file."""
+    import logging
+    import pickle
+
+    from volume_stream.volumes import backend_for
+
+    caplog.set_level(logging.INFO)  # as test_secret_leaks: INFO elsewhere, DEBUG of ours
+    for name in ("volume_stream", "connectors", "directory_table"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    conn = azure_rig.emulator.connection_string
+    key = conn.split("AccountKey=")[1].split(";")[0]
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    note = vs.AzureQueueNotification(azure_rig.queue_name, wait_seconds=0,
+                                     connection_string=conn)
+    spec = cat.create_volume("vol", location(azure_rig), notification=note, account_key=key,
+                             blob_endpoint=azure_rig.emulator.blob)
+    azure_rig.put("in/a.txt", b"abc")
+    assert watch(cat).versions == [1] and cat.refresh("vol").version is None
+    live = cat.volume_spec("vol")
+    backend = backend_for(live)
+    held = [note, spec, live, backend.reader(live), backend.lister(live)]
+    listener = backend.listener(live, note)  # never pickled: it holds threads and clients
+    errors = []
+    bad = cat.create_volume("bad", location(azure_rig), sas_token=f"sv=1&sig={key}",
+                            blob_endpoint=azure_rig.emulator.blob)
+    with pytest.raises(vs.VolumeStreamError) as info:
+        cat.refresh(bad.name)
+    exc: BaseException | None = info.value
+    while exc is not None:
+        errors += [str(exc), repr(exc)]
+        exc = exc.__cause__ or exc.__context__
+    texts = [caplog.text, *errors, repr(listener), str(listener)]
+    for obj in held:
+        texts += [repr(obj), str(obj), pickle.dumps(obj).decode("latin-1")]
+    for text in texts:
+        assert key not in text
+    for path in (tmp_path / "warehouse").rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path

@@ -150,3 +150,29 @@ def test_a_daemon_sigkilled_while_blobs_come_and_go_loses_and_doubles_nothing(tm
             live[key] = row["etag"]
     assert set(live) == set(expected)
     assert json.dumps(daemon.records())  # the log is JSON lines
+
+
+def test_the_daemon_s_log_carries_no_azure_http_chatter(azure_rig):
+    """azure-core logs each request and response with their headers at INFO: a daemon at INFO
+    would write several lines per queue poll. Its logging quiets the `azure` loggers."""
+    import io
+    import logging
+
+    from connectors.azure.store import AzureLister
+    from volume_stream.daemon.logs import configure_logging
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("azure").level)
+    stream = io.StringIO()
+    try:
+        configure_logging("INFO", stream=stream)
+        azure_rig.put("in/a.csv", b"abc", deliver=False)
+        assert len(list(AzureLister(azure_rig.container, "in/").list())) == 1
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
+        logging.getLogger("azure").setLevel(saved[2])
+    assert "Request URL" not in stream.getvalue() and "Response status" not in stream.getvalue()
