@@ -7,6 +7,9 @@ STAMP  := $(VENV)/.installed
 # the AWS SDK, ~690 MB) where Spark reads s3a:// paths: make install JARS="delta s3" (as CI
 # does), or later `volume-stream jars fetch s3`
 JARS   ?= delta
+# Azurite, Microsoft's Blob/Queue emulator, for the Azure tests and benchmarks (tests never
+# download: they start it from here)
+AZURITE := $(VENV)/node/node_modules/.bin/azurite
 
 .PHONY: install emulators jars s3jars demo test soak bench lint clean
 
@@ -26,8 +29,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) emulators
 
-# the emulators the tests start (tests/gcp_fixtures.py), built from the Go module proxy into
-# $(VENV)/bin once: fake-gcs-server (GCS, publishing its bucket notifications to Pub/Sub) and
+# Azurite 3.x from npm into $(VENV)/node (Node.js >= 18)
+$(AZURITE): | $(STAMP)
+	@echo "==> Azurite (Azure Blob/Queue emulator) from npm into $(VENV)/node"
+	mkdir -p $(VENV)/node
+	npm install --no-audit --no-fund --prefix $(VENV)/node azurite@3
+
+# the GCS emulators (tests/gcp_fixtures.py), built from the Go module proxy into $(VENV)/bin
+# once: fake-gcs-server (GCS, publishing its bucket notifications to Pub/Sub) and
 # pstest, the Go client library's Pub/Sub fake, in a small program (tests/emulators/pstest).
 # GOPATH and the build cache live in .go/ (writable, ignored by git)
 GO       ?= go
@@ -43,7 +52,10 @@ $(VENV)/bin/pstest: tests/emulators/pstest/main.go tests/emulators/pstest/go.mod
 	@echo "==> building the Pub/Sub fake (tests/emulators/pstest) into $(VENV)/bin"
 	cd tests/emulators/pstest && $(GO_ENV) $(GO) build -o $(abspath $(VENV))/bin/pstest .
 
-emulators: $(GCS_EMULATORS)
+# the emulators the tests start, built or installed into $(VENV) once: fake-gcs-server and
+# pstest (GCS and Pub/Sub, tests/gcp_fixtures.py) from the Go module proxy, Azurite (Azure
+# Blob/Queue, tests/azure_fixtures.py) from npm
+emulators: $(GCS_EMULATORS) $(AZURITE)
 
 # the jars again (after `rm -rf .venv/jars`, or to check them: prints what is there;
 # make jars JARS="delta s3" adds the s3a jars and builds the archive for the new class path)

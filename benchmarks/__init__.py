@@ -19,6 +19,8 @@ summary goes to `.bench/results.json`.
     shards       1M-change log read by GetRecords (Python API, boto3) and exported vs a CDF read
     latency      file close -> record in read_stream through the daemon (local; S3+SQS on moto;
                  GCS+Pub/Sub on fake-gcs-server and pstest)
+    azure        the same on Azure Blob + a Storage Queue (Azurite) vs a listing poller, and
+                 10 new blobs in a 10k-blob volume (latency.azure, discovery.azure)
     backfill     refresh of a 1M-file local tree vs a raw os.scandir walk
     cli          `sql` syntax error and `run` with nothing pending without Spark; `sql --remote`
     warehouse    catalog commit and 1k-event apply on an S3 warehouse (moto) vs local;
@@ -37,6 +39,7 @@ To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports t
 from benchmarks import (
     apply,
     backfill,
+    bench_azure,
     bench_latency,
     bench_pipeline,
     bench_sqs,
@@ -58,7 +61,8 @@ from benchmarks import (
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, mor, keyindex, sustain, stream_read, shards,
-                                  discovery, bench_latency, backfill, bench_sqs, bench_pipeline,
-                                  tables, cli, warehouse, inventory, filesize, status, interop)}
+                                  discovery, bench_latency, bench_azure, backfill, bench_sqs,
+                                  bench_pipeline, tables, cli, warehouse, inventory, filesize,
+                                  status, interop)}
 
 __all__ = ["BENCHMARKS"]

@@ -27,13 +27,13 @@ __all__ = ["SECRET_KEYS", "SECRET_MARKERS", "Secret", "hide", "is_secret", "reve
 SECRET_KEYS = frozenset({
     "access_key_id", "access_key_secret", "aws_access_key_id", "aws_secret_access_key",
     "aws_session_token", "password", "secret", "secret_access_key", "security_token",
-    "session_token", "token",
+    "session_token", "token", "account_key", "connection_string", "sas_token",
 })
 
 #: parts of a name (upper case) that mark it as a credential: environment variables,
 #: SQL connection properties, keys of unknown connectors
 SECRET_MARKERS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "ACCESS_KEY",
-                  "ACCESS_ID")
+                  "ACCESS_ID", "ACCOUNT_KEY", "STORAGE_KEY", "SAS_KEY", "CONNECTION_STRING")
 
 
 def is_secret(key: str) -> bool:

@@ -26,6 +26,11 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS",
                       "-XX:TieredStopAtLevel=1 -Dspark.sql.codegen.factoryMode=NO_CODEGEN")
 
 
+#: children a session-scoped fixture started (an emulator) that outlive the test that first
+#: asked for them: not a leak of that test
+SESSION_CHILDREN: set[int] = set()
+
+
 def _child_pids() -> set[int]:
     me = os.getpid()
     pids = set()
@@ -40,7 +45,7 @@ def _child_pids() -> set[int]:
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         if ppid == me:
             pids.add(int(entry))
-    return pids
+    return pids - SESSION_CHILDREN
 
 
 def _our_threads() -> set[threading.Thread]:

@@ -68,6 +68,10 @@ KINDS = {
     # docs/gcs.md
     "gcs": 'bucket.notification(topic_name="landing"',
     "gcs_deploy": "gcloud storage buckets notifications create gs://landing-bucket",
+    # docs/azure.md
+    "azure": 'notification=vs.AzureQueueNotification("landing-events"))',
+    "azurite": "azurite --silent --inMemoryPersistence --skipApiVersionCheck",
+    "azure_setup": "az eventgrid event-subscription create",
     # docs/daemon.md
     "daemon_start": "volume-stream daemon --config examples/volume-stream.toml",
     "daemon_other_shell": "echo hello > demo-data/landing/hello.txt",
@@ -114,6 +118,10 @@ ELSEWHERE = {
 
 #: blocks that cannot run here, and why
 NOT_RUN = {
+    "azurite": "serves until stopped on fixed ports; the tests start the same command on free "
+               "ports (tests/azure_fixtures.py) and run the page's Python block against it",
+    "azure_setup": "needs an Azure subscription (az CLI against Azure Resource Manager); "
+                   "tests/test_deploy_azure.py checks the names it uses against deploy/",
     "setup": "`make test` is the whole suite, this test included; `make demo` is "
              "examples/demo.py, which tests/test_demo.py runs as make does",
     "remote": "needs a daemon serving Spark Connect (a second Spark application); "

@@ -22,6 +22,7 @@ from tests.alicloud_fixtures import (  # noqa: F401
     mns_server,
     oss_server,
 )
+from tests.azure_fixtures import azurite  # noqa: F401
 from tests.docs_blocks import (
     BLOCKS,
     ELSEWHERE,
@@ -159,6 +160,17 @@ def test_oss_blocks_run_as_printed(tmp_path, mns_server, oss_server):  # noqa: F
         assert f"oss://{vol.bucket}/landing/before.csv" in outputs["oss"]
     finally:
         vol.close()
+
+
+def test_azure_block_runs_as_printed(tmp_path, azurite):  # noqa: F811
+    """docs/azure.md on Azurite (the session's, on free ports): an overwrite is one UPDATE pair."""
+    code = block("azure")
+    for old, new in [("http://127.0.0.1:10000/devstoreaccount1", azurite.blob),
+                     ("http://127.0.0.1:10001/devstoreaccount1", azurite.queue)]:
+        assert old in code, old
+        code = code.replace(old, new)
+    outputs = run_python([("azure", code)], tmp_path)
+    check_prints("azure", outputs["azure"])
 
 
 @pytest.mark.parametrize("kind", sorted(k for k in KINDS if k not in NOT_RUN and k not in ELSEWHERE))

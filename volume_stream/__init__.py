@@ -55,10 +55,12 @@ _LAZY = {
     "ChangeLog": "volume_stream.shards.log",
     "ExportResult": "volume_stream.shards.export",
     "ShardApiServer": "volume_stream.serve.server",
+    "AzureQueueNotification": "volume_stream.volumes.notifications",
 }
 
 __all__ = [
     "AlreadyExistsError",
+    "AzureQueueNotification",
     "Batch",
     "Catalog",
     "ChangeLog",

@@ -7,8 +7,9 @@ Every driver registers a volume named "vol" and has one small interface:
     rm(path)          delete `path`
     sync()            commit what changed; the new version, or None when nothing did
 
-A local folder commits by refresh; S3 (moto) and OSS (the local fake) commit by watching the
-notifications their writes produced, under the key prefix `in/`.
+A local folder commits by refresh; S3 (moto), OSS (the local fake) and Azure (Azurite, with the
+Event Grid messages tests/azure_fixtures.py makes) commit by watching the notifications their
+writes produced, under the key prefix `in/`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import volume_stream as vs
 from tests.alicloud_fixtures import AliCloudVolume
 from tests.aws_fixtures import AwsRig, queue_counts
 
-__all__ = ["PREFIX", "Clock", "LocalDriver", "OssDriver", "S3Driver"]
+__all__ = ["PREFIX", "AzureDriver", "Clock", "LocalDriver", "OssDriver", "S3Driver"]
 
 PREFIX = "in/"  # where the S3 and OSS drivers keep the volume's objects
 
@@ -112,3 +113,22 @@ class OssDriver(_WatchedDriver):
         self.clock.gap(path)
         self.vol.oss.delete_object(PREFIX + path)
         self.clock.mark(path)
+
+
+class AzureDriver(_WatchedDriver):
+    """Blobs in Azurite, committed by watching the Event Grid messages the rig delivers."""
+
+    def __init__(self, cat, rig) -> None:
+        self.cat, self.rig = cat, rig
+        note = vs.AzureQueueNotification(rig.queue_name, wait_seconds=0)
+        cat.create_volume("vol", f"abfss://{rig.container}@{rig.account}.dfs.core.windows.net/"
+                                 f"{PREFIX}", notification=note)
+
+    def put(self, path: str, size: int) -> None:
+        self.rig.put(PREFIX + path, b"x" * size)
+
+    def rm(self, path: str) -> None:
+        self.rig.delete(PREFIX + path)
+
+    def check_drained(self) -> None:
+        assert self.rig.counts() == (0, 0)

@@ -46,7 +46,7 @@ def test_volume_create_with_a_subscription_and_options(tmp_path, gcp_emulators, 
     assert described["files"] == 2 and "GCP_PUBSUB" in json.dumps(described)
     assert "--option takes KEY=VALUE" in refused("volume", "create", "w", "gs://b/x/",
                                                  "--option", "nonsense", *wh)
-    assert "--notification takes the queue of gs://, s3://" in refused(
+    assert "--notification takes the queue of abfss://, az://, gs://, s3://" in refused(
         "volume", "create", "w", "oss://b/x/", "--notification", "q", *wh)
 
 
@@ -80,3 +80,26 @@ def test_config_check_takes_a_gs_volume_with_its_subscription_only(tmp_path):
     file.write_text(base + '[volumes.landing.notification]\ntype = "GCP_PUBSUB"\n'
                     'queue_url = "projects/p/subscriptions/s"\n')
     assert "GCP_PUBSUB" in " ".join(run("config", "check", str(file), code=2).output.split())
+    # a queue of another kind for a gs:// volume: refused by the check, not retried for ever
+    file.write_text(base + '[volumes.landing.notification]\ntype = "AWS_SQS"\n'
+                    'queue_url = "https://sqs.example/q"\n')
+    out = " ".join(run("config", "check", str(file), code=2).output.split())
+    assert "listens to a GCP_PUBSUB queue, not AWS_SQS" in out
+
+
+def test_notification_given_as_its_keys_takes_the_type_of_the_scheme(tmp_path):
+    """`--notification` is a queue's address or the daemon's notification keys; without
+    `type=` the keys are the volume's scheme's (no emulator: nothing is contacted)."""
+    wh = ["--warehouse", str(tmp_path / "wh")]
+    run("volume", "create", "k", "gs://b/k/", "--notification",
+        "subscription=projects/p/subscriptions/s,wait_time_seconds=2", *wh)
+    run("volume", "create", "t", "gs://b/t/", "--notification",
+        "type=gcp_pubsub,subscription=projects/p/subscriptions/t", *wh)
+    cat = vs.connect(tmp_path / "wh")
+    assert cat.volume_spec("k").notification == {
+        "type": "GCP_PUBSUB", "subscription": "projects/p/subscriptions/s",
+        "wait_time_seconds": 2}
+    assert cat.volume_spec("t").notification == {
+        "type": "GCP_PUBSUB", "subscription": "projects/p/subscriptions/t"}
+    assert "--option credentials_file: credentials come from the environment" in refused(
+        "volume", "create", "c", "gs://b/c/", "--option", "credentials_file=/k.json", *wh)

@@ -1,6 +1,6 @@
 """Stream semantics (§5) are the same whatever the volume lives on: each scenario runs on a local
-folder (committed by refresh), on moto's S3 (committed by watching SQS) and on the local OSS fake
-(committed by watching MNS), through the drivers of tests/volume_stream/backends.py.
+folder (committed by refresh), on moto's S3 (committed by watching SQS), on the local OSS fake
+(committed by watching MNS) and on Azurite (committed by watching a Storage Queue), through the drivers of tests/volume_stream/backends.py.
 Assertions are on stream records."""
 
 # ruff: noqa: F811 - the fixtures are imported explicitly and injected by name
@@ -12,7 +12,8 @@ import pytest
 import volume_stream as vs
 from tests.alicloud_fixtures import alicloud_env, mns_server, oss_server, vol  # noqa: F401
 from tests.aws_fixtures import aws_env, moto_server, rig  # noqa: F401
-from tests.volume_stream.backends import LocalDriver, OssDriver, S3Driver
+from tests.azure_fixtures import azure_env, azure_rig, azurite  # noqa: F401
+from tests.volume_stream.backends import AzureDriver, LocalDriver, OssDriver, S3Driver
 from tests.volume_stream.conftest import rows
 
 
@@ -21,13 +22,15 @@ def cat(tmp_path):
     return vs.connect(tmp_path / "warehouse")  # no Spark needed: Arrow reads only
 
 
-@pytest.fixture(params=["local", "s3", "oss"])
+@pytest.fixture(params=["local", "s3", "oss", "azure"])
 def driver(request, cat, tmp_path):
     if request.param == "local":
         (tmp_path / "data").mkdir()
         return LocalDriver(cat, tmp_path / "data")
     if request.param == "s3":
         return S3Driver(cat, request.getfixturevalue("rig"))
+    if request.param == "azure":
+        return AzureDriver(cat, request.getfixturevalue("azure_rig"))
     request.getfixturevalue("alicloud_env")
     return OssDriver(cat, request.getfixturevalue("vol"))
 

@@ -211,3 +211,40 @@ def usage_names(app: typer.Typer) -> None:
     for group in app.registered_groups:
         if group.typer_instance is not None:
             usage_names(group.typer_instance)
+
+
+def key_values(text: str, flag: str) -> dict[str, Any]:
+    """`a=1,b=x` as {"a": 1, "b": "x"}: true/false and numbers typed as TOML would type them.
+
+    Raises:
+        InvalidInputError: a pair without '=', or a secret's name (credentials come from the
+            environment, never from a command line other users can see).
+    """
+    from connectors.secrets import is_secret
+    from volume_stream.errors import InvalidInputError
+
+    pairs: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidInputError(f"{flag} takes KEY=VALUE pairs separated by ',', not "
+                                    f"{part.split('=')[0]!r}...")
+        if is_secret(key):
+            raise InvalidInputError(f"{flag} {key}: credentials come from the environment "
+                                    "(e.g. AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS, "
+                                    "AZURE_STORAGE_CONNECTION_STRING), never from the command "
+                                    "line")
+        pairs[key] = _typed(value.strip())
+    return pairs
+
+
+def _typed(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value

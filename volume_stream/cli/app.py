@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Annotated, Any
 
 import typer
@@ -34,6 +35,7 @@ from volume_stream.cli._common import (
     discard_new_warehouses,
     err,
     has_warehouse,
+    key_values,
     out,
     print_rows,
     quiet_py4j_interrupts,
@@ -45,7 +47,12 @@ from volume_stream.cli._progress import refresh_progress
 from volume_stream.errors import InvalidInputError, VolumeStreamError
 from volume_stream.serve.status import StatusSource
 from volume_stream.sql.result import counted
-from volume_stream.volumes.notifications import LocalNotification, notification_for
+from volume_stream.volumes.notifications import (
+    BY_SCHEME,
+    LocalNotification,
+    notification_for,
+    notification_from_dict,
+)
 from volume_stream.warehouse import STREAM, VOLUME
 
 # Plain click help (rich_markup_mode=None): at 80 columns rich's panels cut option names and
@@ -92,23 +99,23 @@ def volume_create(
     if_not_exists: Annotated[bool, typer.Option(
         "--if-not-exists", help="Leave a volume of that name as it is.")] = False,
     notification: Annotated[str | None, typer.Option(
-        help="The queue its events arrive on: an SQS queue URL (s3://), a Pub/Sub "
-             "subscription projects/P/subscriptions/S (gs://).", metavar="QUEUE")] = None,
+        help="Where its events arrive: an SQS queue URL (s3://), a Pub/Sub subscription "
+             "projects/P/subscriptions/S (gs://), a Storage Queue's name (abfss://, az://); "
+             "or the notification's keys as in the daemon's TOML, e.g. "
+             "queue_name=q,wait_seconds=5 (type=... for another kind; credentials come from "
+             "the environment, never from here).", metavar="QUEUE|KEY=VALUE,...")] = None,
     option: Annotated[list[str] | None, typer.Option(
-        help="A connector option KEY=VALUE (endpoint, project, ...); repeatable.",
-        metavar="KEY=VALUE")] = None,
+        help="A connector option KEY=VALUE (endpoint, project, account_name, blob_endpoint, "
+             "...); repeatable.", metavar="KEY=VALUE")] = None,
     warehouse: Warehouse = None,
 ) -> None:
-    """Register a folder or bucket prefix as a volume (its directory table starts empty: run
-    refresh)."""
+    """Register a folder or an object-store prefix as a volume (its directory table starts
+    empty: run refresh)."""
     options: dict[str, Any] = {"data_retention_days": retention_days}
     if deletion_vectors is not None:
         options["deletion_vectors"] = deletion_vectors
     for item in option or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInputError(f"--option takes KEY=VALUE, not {item!r}")
-        options[key.strip()] = value
+        options.update(key_values(item, "--option"))
     if include:
         options["include"] = include
     if exclude:
@@ -125,11 +132,25 @@ def volume_create(
     out.print(f"created volume [bold]{spec.name}[/bold] at {escape(spec.location)}")
 
 
-def _notification(location: str, queue: str | None, polling: bool) -> Any:
-    if queue is None:
+#: `--notification` given as the notification's keys (`type=...,queue_name=...`), not a queue
+_KEYS = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
+
+
+def _notification(location: str, given: str | None, polling: bool) -> Any:
+    """The notification `--notification` describes: a queue's address, whose kind the volume's
+    scheme tells, or the daemon's TOML keys (`type` defaults to the scheme's)."""
+    if given is None:
         return LocalNotification(polling=True) if polling else None
-    return notification_for(location.split("://", 1)[0].lower() if "://" in location else "file",
-                            queue)
+    scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
+    if not _KEYS.match(given):
+        return notification_for(scheme, given)
+    keys = key_values(given, "--notification")
+    default = BY_SCHEME.get(scheme)
+    keys["type"] = str(keys.get("type", default.type if default else "")).upper()
+    try:
+        return notification_from_dict(keys)
+    except TypeError as exc:  # a missing or unknown argument of the notification class
+        raise InvalidInputError(f"--notification type={keys['type']}: {exc}") from None
 
 
 @volume_app.command("upgrade")

@@ -373,18 +373,33 @@ class Daemon:
         self.timeline.record({**m.totals(), "pending": pending_total})
 
 
+#: the notification an object-store volume listens with, by its location's scheme
+_QUEUE_OF = {"s3": "AWS_SQS (queue_url = ...)", "s3a": "AWS_SQS (queue_url = ...)",
+             "oss": "ALIYUN_MNS (queue_name = ...)",
+             "gs": "GCP_PUBSUB (subscription = ...)",
+             "abfss": "AZURE_STORAGE_QUEUE (queue_name = ...)",
+             "az": "AZURE_STORAGE_QUEUE (queue_name = ...)"}
+
+
 def queue_missing(cfg: VolumeConfig, stored: dict[str, Any] | None) -> str | None:
-    """Why an object-store volume cannot listen (no queue in the file nor in the warehouse),
-    or None. Without it the daemon would retry opening its listener for ever."""
+    """Why an object-store volume cannot listen (no queue in the file nor in the warehouse,
+    or a queue of another store's kind), or None. Without it the daemon would retry opening
+    its listener for ever."""
     location = str(cfg.location or (stored or {}).get("location") or "")
     scheme = location.split("://", 1)[0].lower() if "://" in location else ""
-    if scheme not in ("s3", "s3a", "oss", "gs") or cfg.notification \
-            or (stored or {}).get("notification"):
+    if scheme not in _QUEUE_OF:
         return None
-    kind = {"oss": "ALIYUN_MNS (queue_name = ...)",
-            "gs": "GCP_PUBSUB (subscription = ...)"}.get(scheme, "AWS_SQS (queue_url = ...)")
-    return (f"volume on {location} has no notification queue to listen to: add notification = "
-            f"{{ type = {kind} }}, or enabled = false to only refresh it by hand")
+    kind = _QUEUE_OF[scheme]
+    note = cfg.notification or (stored or {}).get("notification")
+    if not note:
+        return (f"volume on {location} has no notification queue to listen to: add "
+                f"notification = {{ type = {kind} }}, or enabled = false to only refresh it "
+                f"by hand")
+    # the file's is a table; the warehouse listing gives the stored one's type
+    given = str(note.get("type", "") if isinstance(note, dict) else note).upper()
+    if scheme in ("abfss", "az", "gs") and given != kind.split()[0]:
+        return f"volume on {location} listens to a {kind.split()[0]} queue, not {given}"
+    return None
 
 
 @contextmanager

@@ -110,6 +110,7 @@ def configure_logging(level: str = "INFO", *, json_lines: bool = False,
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    for noisy in ("botocore", "boto3", "urllib3", "py4j", "werkzeug", "s3transfer"):
+    # azure-core logs every HTTP request and response with their headers at INFO
+    for noisy in ("botocore", "boto3", "urllib3", "py4j", "werkzeug", "s3transfer", "azure"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return handler

@@ -1,11 +1,12 @@
 """What a CREATE EXTERNAL VOLUME statement means: the `create_volume` call it makes, with its
 notification, connector options and credentials, worked out without creating anything.
 
-`QUEUE_TYPE = 'ALICLOUD_MNS' | 'AWS_SQS' | 'GCP_PUBSUB' | 'LOCAL'` maps onto `MnsNotification`,
-`SqsNotification`, `PubSubNotification` (QUEUE_NAME is the subscription,
-'projects/P/subscriptions/S') or `LocalNotification`. The MNS endpoint and the SQS queue URL are derived from
-the connection's role ARN (its account) and region unless given as ENDPOINT / QUEUE_URL; other
-NOTIFICATION options are checked against the listener's own parameters. A connection gives its
+`QUEUE_TYPE = 'ALICLOUD_MNS' | 'AWS_SQS' | 'AZURE_STORAGE_QUEUE' | 'GCP_PUBSUB' | 'LOCAL'`
+maps onto `MnsNotification`, `SqsNotification`, `AzureQueueNotification`, `PubSubNotification`
+(QUEUE_NAME is the subscription, 'projects/P/subscriptions/S') or `LocalNotification`. The MNS
+endpoint and the SQS queue URL are derived from the connection's role ARN (its account) and
+region unless given as ENDPOINT / QUEUE_URL (a Storage Queue's ENDPOINT is its queue endpoint);
+other NOTIFICATION options are checked against the listener's own parameters. A connection gives its
 endpoint (and region, for S3) as connector options and its credentials' variables, read when
 the statement runs, for this process only; what only SQL knows (the connection, VIRTUAL_CLUSTER,
 AUTO_REFRESH, COMMENT) is returned apart, as metadata.
@@ -43,7 +44,10 @@ CREDENTIALS = {
            "SESSION_TOKEN": "aws_session_token"},
 }
 _SCHEMES = {"OSS": "oss", "S3": "s3"}
-_QUEUE_TYPES = {"ALICLOUD_MNS": "oss", "AWS_SQS": "s3", "GCP_PUBSUB": "gs", "LOCAL": "file"}
+_QUEUE_TYPES = {"ALICLOUD_MNS": "oss", "AWS_SQS": "s3", "GCP_PUBSUB": "gs", "LOCAL": "file",
+                "AZURE_STORAGE_QUEUE": "abfss"}
+#: other schemes a queue type serves besides its own
+_ALSO = {"AZURE_STORAGE_QUEUE": ("az",)}
 _ROLE_ACCOUNT = re.compile(r"^(?:acs:ram::|arn:aws[\w-]*:iam::)(\d+):role/")
 
 
@@ -131,6 +135,10 @@ def _account(conn: dict[str, Any] | None, note: dict[str, ddl.Prop]) -> str | No
 
 def _listener_options(qtype: str) -> set[str]:
     """The options a notification may pass on to its listener (and, for SQS, to boto3)."""
+    if qtype == "AZURE_STORAGE_QUEUE":
+        from volume_stream.volumes.notifications import azure_queue_options
+
+        return set(azure_queue_options()) - {"queue_endpoint"}  # that is ENDPOINT
     if qtype == "ALICLOUD_MNS":
         from connectors.alicloud.listener import MnsListener as listener
     elif qtype == "GCP_PUBSUB":
@@ -163,14 +171,15 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
     where = stmt.notification_token
     if "QUEUE_TYPE" not in note:
         raise SqlSyntaxError("NOTIFICATION needs QUEUE_TYPE ('ALICLOUD_MNS', 'AWS_SQS', "
-                             "'GCP_PUBSUB' or 'LOCAL')", where.line, where.column)
+                             "'AZURE_STORAGE_QUEUE', 'GCP_PUBSUB' or 'LOCAL')", where.line,
+                             where.column)
     type_prop = note.pop("QUEUE_TYPE")
     qtype = str(literal(type_prop, "QUEUE_TYPE", str)).upper()
     if qtype not in _QUEUE_TYPES:
         raise SqlSyntaxError(f"unknown QUEUE_TYPE {qtype!r}; known: "
                              f"{', '.join(sorted(_QUEUE_TYPES))}", type_prop.token.line,
                              type_prop.token.column)
-    if _QUEUE_TYPES[qtype] != scheme:
+    if scheme not in (_QUEUE_TYPES[qtype], *_ALSO.get(qtype, ())):
         raise SqlSyntaxError(f"QUEUE_TYPE '{qtype}' needs a {_QUEUE_TYPES[qtype]}:// location, "
                              f"not {scheme}://", type_prop.token.line, type_prop.token.column)
     if "VIRTUAL_CLUSTER" in note:
@@ -210,6 +219,10 @@ def _notification(stmt: ddl.CreateVolume, conn: dict[str, Any] | None, scheme: s
     queue_name = str(queue.value)
     if qtype == "GCP_PUBSUB":  # QUEUE_NAME is the subscription's full name
         return NotificationPlan("GCP_PUBSUB", (queue_name,), extra)
+    if qtype == "AZURE_STORAGE_QUEUE":
+        if "ENDPOINT" in note:
+            extra["queue_endpoint"] = str(note["ENDPOINT"].value)
+        return NotificationPlan(qtype, (queue_name,), extra)
     account = _account(conn, note)
     if qtype == "ALICLOUD_MNS":
         endpoint = str(note["ENDPOINT"].value) if "ENDPOINT" in note else None

@@ -1,7 +1,8 @@
 """Volumes: where files live, how their events arrive, and which files count (DESIGN §2).
 
     spec           VolumeSpec (stored form, include/exclude/recursion predicate)
-    notifications  LocalNotification, SqsNotification, MnsNotification, PubSubNotification
+    notifications  LocalNotification, SqsNotification, MnsNotification, PubSubNotification,
+                   AzureQueueNotification
     backends       scheme → connector lister / reader / listener; normalize_location
     refresh        listing → file events (the diff a refresh commits)
     batching       group commit: gather, BatchLimits, CommitModel
@@ -17,6 +18,7 @@ from volume_stream.volumes.backends import (
     normalize_location,
 )
 from volume_stream.volumes.notifications import (
+    AzureQueueNotification,
     LocalNotification,
     MnsNotification,
     PubSubNotification,
@@ -30,6 +32,7 @@ __all__ = [
     "BACKENDS",
     "OWN_OPTIONS",
     "SECRET_OPTION_KEYS",
+    "AzureQueueNotification",
     "Backend",
     "LocalNotification",
     "MnsNotification",

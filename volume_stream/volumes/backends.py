@@ -1,9 +1,9 @@
 """Backends: how to list, read and listen to the volumes of one URL scheme (DESIGN §2, §6).
 
-`file://` is served by the local connector, `s3://` by S3 + SQS, `oss://` by OSS + MNS and
-`gs://` by GCS + Pub/Sub. Each
-backend builds the connector's lister (for refresh), reader (for pipelines) and listener (for
-watch) from a volume's spec. Options that are not volume-stream's own (`OWN_OPTIONS`: endpoint,
+`file://` is served by the local connector, `s3://` by S3 + SQS, `oss://` by OSS + MNS, `gs://`
+by GCS + Pub/Sub and `abfss://` / `az://` by Azure Blob Storage + a Storage Queue Event Grid
+writes to. Each backend builds the connector's lister (for refresh), reader (for pipelines) and
+listener (for watch) from a volume's spec. Options that are not volume-stream's own (`OWN_OPTIONS`: endpoint,
 region, profile, credentials...) go to the connector.
 """
 
@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 from connectors.protocols import Listener, Lister, ObjectReader
 from volume_stream.errors import ConfigError, InvalidInputError
 from volume_stream.volumes.notifications import (
+    AzureQueueNotification,
     LocalNotification,
     MnsNotification,
     PubSubNotification,
@@ -254,12 +255,70 @@ def _pubsub_listener(spec: VolumeSpec, notification: Any) -> Listener:
                           recursive=spec.recursive, **{**_connector_options(spec), **note.options})
 
 
+# ------------------------------------------------- Azure Blob / ADLS Gen2 + Storage Queue
+def _azure_where(spec: VolumeSpec) -> tuple[str, str, dict[str, Any]]:
+    """(container, prefix, scope keywords) of `abfss://container@account.dfs.<suffix>/prefix/`
+    or `az://container/prefix/` (whose account comes from the options or the environment)."""
+    url = urlparse(spec.location)
+    prefix = url.path.lstrip("/")
+    if url.scheme == "az":
+        return url.netloc, prefix, {"account": spec.options.get("account_name")}
+    container, at, host = url.netloc.partition("@")
+    account, _, suffix = host.partition(".")
+    if not (at and container and account and suffix.startswith("dfs.")):
+        raise InvalidInputError(f"volume {spec.name!r}: an abfss:// location is "
+                                f"abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix/, not "
+                                f"{spec.location!r}")
+    return container, prefix, {"account": account, "url_scheme": "abfss", "dfs_suffix": suffix}
+
+
+def _azure_options(spec: VolumeSpec) -> dict[str, Any]:
+    return {k: v for k, v in _connector_options(spec).items() if k != "account_name"}
+
+
+def _azure_lister(spec: VolumeSpec) -> Lister:
+    from connectors.azure.store import AzureLister
+
+    container, prefix, where = _azure_where(spec)
+    return AzureLister(container, prefix, recursive=spec.recursive, account=where["account"],
+                       list_workers=_list_workers(spec, 8), **_azure_options(spec))
+
+
+def _azure_reader(spec: VolumeSpec) -> ObjectReader:
+    from connectors.azure.store import AzureReader
+
+    container, prefix, where = _azure_where(spec)
+    return AzureReader(container, prefix, account=where["account"], **_azure_options(spec))
+
+
+def _azure_listener(spec: VolumeSpec, notification: Any) -> Listener:
+    from connectors.azure.listener import AzureQueueListener
+
+    note = _expect(spec, notification, AzureQueueNotification)
+    container, prefix, where = _azure_where(spec)
+    # the volume's endpoints and credentials serve the queue too, unless the notification
+    # names its own (a queue in another account)
+    options = {**_azure_options(spec), **note.options}
+    return AzureQueueListener(note.queue_name, container=container, prefix=prefix,
+                              recursive=spec.recursive, account=where["account"], **options)
+
+
+def _azure_known() -> frozenset[str]:
+    from connectors.azure.client import AzureOptions
+
+    return frozenset({f.name for f in dataclasses.fields(AzureOptions)})
+
+
+_AZURE = Backend(_azure_lister, _azure_reader, _azure_listener, _azure_known)
+
 BACKENDS: dict[str, Backend] = {
     "file": Backend(_local_lister, _local_reader, _local_listener,
                     lambda: frozenset({"content_hash"})),
     "s3": Backend(_s3_lister, _s3_reader, _sqs_listener, _s3_options),
     "oss": Backend(_oss_lister, _oss_reader, _mns_listener, _oss_known),
     "gs": Backend(_gcs_lister, _gcs_reader, _pubsub_listener, _gcs_options),
+    "abfss": _AZURE,
+    "az": _AZURE,
 }
 
 

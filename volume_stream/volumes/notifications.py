@@ -1,9 +1,10 @@
 """Notifications: where a volume's file events arrive (DESIGN §2, §6).
 
-`LocalNotification` watches a local folder; `SqsNotification` (S3 events on an SQS queue) and
-`MnsNotification` (OSS events on an MNS queue) and `PubSubNotification` (GCS events on a Pub/Sub
-subscription) name a queue plus connector options. Secrets given
-to them are used in this process only: `to_dict`, the persisted form, drops them.
+`LocalNotification` watches a local folder; `SqsNotification` (S3 events on an SQS queue),
+`MnsNotification` (OSS events on an MNS queue), `PubSubNotification` (GCS events on a Pub/Sub
+subscription) and `AzureQueueNotification` (Azure Blob events Event Grid writes to a Storage
+Queue) name a queue plus connector options. Secrets given to them are used in this process only:
+`to_dict`, the persisted form, drops them.
 
     cat.create_volume("raw", "s3://bucket/raw/",
                       notification=SqsNotification("https://sqs.../raw-events"))
@@ -18,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from connectors.secrets import hide, is_secret
-from volume_stream.errors import ConfigError
+from volume_stream.errors import ConfigError, InvalidInputError
 
-__all__ = ["BY_SCHEME", "LocalNotification", "MnsNotification", "PubSubNotification",
-           "SqsNotification", "notification_for", "notification_from_dict",
-           "notification_types"]
+__all__ = ["BY_SCHEME", "AzureQueueNotification", "LocalNotification", "MnsNotification",
+           "PubSubNotification", "SqsNotification", "notification_for",
+           "notification_from_dict", "notification_types"]
 
 
 @dataclass(frozen=True)
@@ -127,17 +128,64 @@ class PubSubNotification(_Notification):
         return {"subscription": self.subscription}
 
 
+class AzureQueueNotification(_Notification):
+    """Azure Blob Storage events (Event Grid `BlobCreated` / `BlobDeleted`, Event Grid or
+    CloudEvents schema) delivered to a Storage Queue.
+
+    Args:
+        queue_name: The queue the Event Grid subscription delivers to.
+        **options: `AzureQueueListener` options (wait_seconds, poll_interval_s,
+            visibility_timeout, max_dequeue_count, poison_queue, queue_account...) and client
+            options (queue_endpoint, connection_string, account_key, sas_token,
+            use_emulator...); by default the volume's, then AZURE_STORAGE_CONNECTION_STRING,
+            then DefaultAzureCredential.
+    """
+
+    type = "AZURE_STORAGE_QUEUE"
+
+    def __init__(self, queue_name: str, **options: Any):
+        if not queue_name or not isinstance(queue_name, str):
+            raise InvalidInputError(f"AzureQueueNotification needs a queue name, not "
+                                    f"{queue_name!r}")
+        unknown = sorted(set(options) - azure_queue_options())
+        if unknown:
+            raise InvalidInputError(f"unknown AzureQueueNotification option(s) {unknown}; "
+                                    f"known: {sorted(azure_queue_options())}")
+        super().__init__(**options)
+        self.queue_name = queue_name
+
+    def _where(self) -> dict[str, Any]:
+        return {"queue_name": self.queue_name}
+
+
+def azure_queue_options() -> frozenset[str]:
+    """What an `AzureQueueNotification` may pass on: the listener's keyword parameters and the
+    Azure client options (imported when first asked: the Azure SDK is not loaded before)."""
+    import dataclasses
+    import inspect
+
+    from connectors.azure.client import AzureOptions
+    from connectors.azure.listener import AzureQueueListener
+
+    params = inspect.signature(AzureQueueListener.__init__).parameters.values()
+    named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    return frozenset(named - {"container", "prefix", "recursive", "suffix", "account"}
+                     | {f.name for f in dataclasses.fields(AzureOptions)})
+
+
 NOTIFICATIONS: dict[str, type] = {
     LocalNotification.type: LocalNotification,
     SqsNotification.type: SqsNotification,
     MnsNotification.type: MnsNotification,
     PubSubNotification.type: PubSubNotification,
+    AzureQueueNotification.type: AzureQueueNotification,
 }
 
 
 #: the notification a queue's address alone makes, by volume scheme (`volume create
-#: --notification`): an SQS queue URL, a Pub/Sub subscription
-BY_SCHEME: dict[str, type] = {"s3": SqsNotification, "gs": PubSubNotification}
+#: --notification`): an SQS queue URL, a Pub/Sub subscription, a Storage Queue's name
+BY_SCHEME: dict[str, type] = {"s3": SqsNotification, "gs": PubSubNotification,
+                              "abfss": AzureQueueNotification, "az": AzureQueueNotification}
 
 
 def notification_for(scheme: str, queue: str) -> Any:
@@ -150,7 +198,8 @@ def notification_for(scheme: str, queue: str) -> Any:
     if cls is None:
         known = ", ".join(f"{name}://" for name in sorted(BY_SCHEME))
         raise ConfigError(f"--notification takes the queue of {known} volumes; a {scheme}:// "
-                          "volume's is set in the daemon's configuration, SQL or Python")
+                          "volume's is given as the notification's keys (type=...,KEY=VALUE) "
+                          "or set in the daemon's configuration, SQL or Python")
     return cls(queue)
 
 
