@@ -224,7 +224,8 @@ def _read_checkpoint(log: CommitLog, names: list[str]) -> dict[str, pa.Table]:
         if body is None:
             raise LogGap(f"checkpoint {name} vanished while being read")
         pf = pq.ParquetFile(pa.BufferReader(body))
-        cols = [c for c in _ACTIONS if c in pf.schema_arrow.names]
+        names = set(pf.schema_arrow.names)  # (built anew on each access)
+        cols = [c for c in _ACTIONS if c in names]
         return pf.read(columns=cols)
 
     tables = [one(n) for n in names]

@@ -138,3 +138,18 @@ def test_checkpoint_on_s3(tmp_path, s3_bucket, s3_env):
     assert _state(state) == expected
     body = client.get_object(Bucket=s3_bucket, Key="t/_delta_log/_last_checkpoint")["Body"]
     assert json.loads(body.read())["version"] == written.version
+
+
+def test_a_torn_last_checkpoint_is_only_a_lost_hint(tmp_path):
+    """`_last_checkpoint` is written without a sync: after a crash it may be cut short, and
+    readers then list the log (delta-rs and our replay alike)."""
+    root = str(tmp_path / "t")
+    _history(root)
+    expected = _rows(DeltaTable(root).to_pyarrow_table())
+    written = checkpoint.write_checkpoint(root, None, 4)
+    for v in range(4):
+        os.remove(f"{root}/_delta_log/{v:020d}.json")
+    with open(f"{root}/_delta_log/_last_checkpoint", "r+b") as f:
+        f.truncate(7)
+    assert _rows(DeltaTable(root).to_pyarrow_table()) == expected
+    assert deltalog.replay(root).checkpoint == written.version
