@@ -124,8 +124,9 @@ def test_replay_of_spark_checkpoints_with_deletion_vectors(delta_spark, spark_dv
     assert _replay_agrees_with_json_only(path, plain, range(latest + 1))
     assert deltalog.replay(path).protocol["readerFeatures"] == ["deletionVectors"]
     # the rows each file holds once its DV is applied are the rows Spark reads from it
+    # (at three versions: before any checkpoint, and from each of Spark's two checkpoints)
     cold(delta_spark)
-    versions = list(range(latest + 1))
+    versions = [2, 4, latest]
     spark_counts = _spark_rows_per_file(delta_spark, path, versions)
     for v in versions:
         assert _our_rows_per_file(deltalog.replay(path, None, v)) == spark_counts[v], v
@@ -183,6 +184,6 @@ def test_spark_starts_cold_from_our_checkpoints(delta_spark, spark_dv_table, tmp
     # Spark writes on top of our checkpoint; the new DVs replay as Spark reads them
     spark.sql(f"DELETE FROM delta.`{path}` WHERE relative_path LIKE 'b2/f01%'")
     cold(spark)
-    counts = _spark_rows_per_file(spark, path, [first, latest, latest + 1])
+    counts = _spark_rows_per_file(spark, path, [first, latest + 1])
     for v, found in counts.items():
         assert _our_rows_per_file(deltalog.replay(path, None, v)) == found, v
