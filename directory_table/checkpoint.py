@@ -57,9 +57,9 @@ CHECKPOINT = pa.schema([("txn", _TXN), ("add", deltalog.ADD), ("remove", deltalo
                         ("domainMetadata", _DOMAIN)])
 #: delta-spark's default for `delta.deletedFileRetentionDuration`
 DEFAULT_RETENTION = "interval 1 week"
-_UNITS_MS = {"millisecond": 1, "ms": 1, "second": 1000, "sec": 1000, "minute": 60_000,
-             "min": 60_000, "hour": 3_600_000, "day": 86_400_000, "week": 604_800_000,
-             "microsecond": 0.001}
+_UNITS_MS = {"microsecond": 0.001, "millisecond": 1, "second": 1000, "sec": 1000,
+             "minute": 60_000, "min": 60_000, "hour": 3_600_000, "day": 86_400_000,
+             "week": 604_800_000}
 _INTERVAL = re.compile(r"(-?\d+)\s*([a-z]+?)s?\b")
 
 

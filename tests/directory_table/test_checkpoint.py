@@ -116,10 +116,18 @@ def test_checkpoint_keeps_deletion_vectors_and_unexpired_tombstones(tmp_path):
 
 @pytest.mark.parametrize(("text", "ms"), [
     ("interval 1 week", 604_800_000), ("interval 7 days", 604_800_000),
-    ("INTERVAL 2 hours 30 minutes", 9_000_000), ("interval 1 day 1 second", 86_401_000)])
+    ("INTERVAL 2 hours 30 minutes", 9_000_000), ("interval 1 day 1 second", 86_401_000),
+    ("interval 250 milliseconds", 250)])
 def test_retention_reads_spark_intervals(text, ms):
     assert checkpoint.retention_ms({"delta.deletedFileRetentionDuration": text}) == ms
     assert checkpoint.retention_ms({}) == 604_800_000
+
+
+def test_retention_that_is_no_interval_is_refused():
+    with pytest.raises(ValueError, match="deletedFileRetentionDuration"):
+        checkpoint.retention_ms({"delta.deletedFileRetentionDuration": "interval 3 fortnights"})
+    with pytest.raises(ValueError, match="not an interval"):
+        checkpoint.retention_ms({"delta.deletedFileRetentionDuration": "soon"})
 
 
 def test_checkpoint_on_s3(tmp_path, s3_bucket, s3_env):
