@@ -31,6 +31,7 @@ summary goes to `.bench/results.json`.
     keyindex     the key index at 10M rows: rebuild rate and RSS, 2k-path lookup, 2k-change apply
     interop      1k changes read vs Delta Spark's readChangeFeed at 10M rows; a 10-event
                  commit vs a Spark Delta MERGE of the same rows
+    deltalog     our log replay and checkpoint writer vs delta-rs's at 5k files + 100 commits
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -44,6 +45,7 @@ from benchmarks import (
     bench_pipeline,
     bench_sqs,
     cli,
+    deltalog,
     discovery,
     filesize,
     interop,
@@ -60,9 +62,9 @@ from benchmarks import (
 )
 
 #: in run order: the cheap, Spark-free one first
-BENCHMARKS = {m.NAME: m for m in (apply, scale, mor, keyindex, sustain, stream_read, shards,
-                                  discovery, bench_latency, bench_azure, backfill, bench_sqs,
-                                  bench_pipeline, tables, cli, warehouse, inventory, filesize,
-                                  status, interop)}
+BENCHMARKS = {m.NAME: m for m in (apply, deltalog, scale, mor, keyindex, sustain, stream_read,
+                                  shards, discovery, bench_latency, bench_azure, backfill,
+                                  bench_sqs, bench_pipeline, tables, cli, warehouse, inventory,
+                                  filesize, status, interop)}
 
 __all__ = ["BENCHMARKS"]

@@ -57,9 +57,9 @@ CHECKPOINT = pa.schema([("txn", _TXN), ("add", deltalog.ADD), ("remove", deltalo
                         ("domainMetadata", _DOMAIN)])
 #: delta-spark's default for `delta.deletedFileRetentionDuration`
 DEFAULT_RETENTION = "interval 1 week"
-_UNITS_MS = {"millisecond": 1, "ms": 1, "second": 1000, "sec": 1000, "minute": 60_000,
-             "min": 60_000, "hour": 3_600_000, "day": 86_400_000, "week": 604_800_000,
-             "microsecond": 0.001}
+_UNITS_MS = {"microsecond": 0.001, "millisecond": 1, "second": 1000, "sec": 1000,
+             "minute": 60_000, "min": 60_000, "hour": 3_600_000, "day": 86_400_000,
+             "week": 604_800_000}
 _INTERVAL = re.compile(r"(-?\d+)\s*([a-z]+?)s?\b")
 
 
@@ -146,17 +146,18 @@ def _actions(state: deltalog.LogState, now_ms: int) -> tuple[pa.Table, int, int]
     return pa.concat_tables(parts), adds.num_rows, tomb.num_rows
 
 
-def _put(log: CommitLog, name: str, body: bytes) -> None:
-    """`_delta_log/<name>` replaced by `body` whole: a local temporary file renamed over it, or
-    one S3 PUT."""
+def _put(log: CommitLog, name: str, body: bytes, *, durable: bool = True) -> None:
+    """`_delta_log/<name>` replaced by `body` whole: a local temporary file (synced to disk when
+    `durable`) renamed over it, or one S3 PUT."""
     if log.local:
         final = f"{log.root}/_delta_log/{name}"
         temp = f"{log.root}/_delta_log/.{name}.{uuid.uuid4().hex}.tmp"
         try:
             with open(temp, "wb") as f:
                 f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             # Hadoop's local file system (delta-spark on a local table) checks a file against
             # its hidden `.<name>.crc` when there is one: a stale one would fail the new file
             crc = f"{log.root}/_delta_log/.{name}.crc"
@@ -190,6 +191,8 @@ def write_checkpoint(table_uri: str, storage_options: dict[str, str] | None = No
     if pointed:
         last = {"version": state.version, "size": table.num_rows, "sizeInBytes": len(body),
                 "numOfAddFiles": adds}
-        _put(log, "_last_checkpoint", json.dumps(last).encode())
+        # not synced: after a crash a torn `_last_checkpoint` is only a hint that does not
+        # parse, and readers (delta-spark, delta-rs, deltalog) then list the log instead
+        _put(log, "_last_checkpoint", json.dumps(last).encode(), durable=False)
     return Checkpoint(state.version, name, table.num_rows, len(body), adds, tombstones,
                       pointed)

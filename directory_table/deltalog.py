@@ -7,8 +7,8 @@ refuses to read or checkpoint such a table, so the directory table reads the log
 Replay follows PROTOCOL.md's "Action Reconciliation": a logical file is identified by its
 path (percent-decoded: the log holds RFC 2396 URIs) and its deletion vector's unique id; the
 newest action about a logical file wins, an `add` keeps it in the table, a `remove` makes it a
-tombstone. A checkpoint (classic, multi-part, or classic with sidecars; written by delta-rs or
-delta-spark) is read whole by pyarrow, its add actions kept as Arrow columns: the commits after
+tombstone. A checkpoint (classic, multi-part, or a V2 one, UUID-named in JSON or Parquet, with
+its sidecars; written by delta-rs or delta-spark) is read whole by pyarrow, its add actions kept as Arrow columns: the commits after
 it are parsed in Python (they are small), the checkpoint's rows never are.
 
     state = replay("s3://bucket/wh/tables/docs", storage_options)        # the newest version
@@ -59,6 +59,7 @@ _STATS = pa.schema([("numRecords", pa.int64()),
 _BUCKET = "_bucket"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
+_UUID_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)$")
 _ACTIONS = ("protocol", "metaData", "txn", "domainMetadata", "add", "remove", "sidecar")
 
 
@@ -176,18 +177,23 @@ def _rows(table: pa.Table, action: str, kind: pa.StructType) -> pa.Table:
 
 def list_log(table_uri: str, options: dict[str, str] | None, after: int | None = None,
              ) -> Listing:
-    """The commits and complete classic or multi-part checkpoints in `_delta_log` (from
-    version `after` on, when given: one listing from there on S3)."""
+    """The commits and complete checkpoints (classic, multi-part with every part, UUID-named
+    V2) in `_delta_log` (from version `after` on, when given: one listing from there on S3)."""
     start = f"{after:020d}" if after is not None else None
     names = list_names(f"{table_uri.rstrip('/')}/_delta_log", options, start_after=start)
     commits: set[int] = set()
     parts: dict[tuple[int, int], list[str]] = {}
+    uuid_named: dict[int, str] = {}
     for name in names:
         if m := _COMMIT.match(name):
             commits.add(int(m[1]))
         elif m := _CHECKPOINT.match(name):
             parts.setdefault((int(m[1]), int(m[3] or 1)), []).append(name)
+        elif m := _UUID_CHECKPOINT.match(name):
+            uuid_named.setdefault(int(m[1]), name)
     checkpoints = {v: sorted(found) for (v, n), found in parts.items() if len(found) == n}
+    for v, name in uuid_named.items():  # a V2 checkpoint when no classic one is complete
+        checkpoints.setdefault(v, [name])
     return Listing(commits, checkpoints)
 
 
@@ -216,40 +222,54 @@ def _locate(log: CommitLog, uri: str, options: dict[str, str] | None, version: i
     return target, start, listing.checkpoints.get(start, []) if start is not None else []
 
 
-def _read_checkpoint(log: CommitLog, names: list[str]) -> dict[str, pa.Table]:
-    """The checkpoint's actions (its parts, and the sidecars it names), by action name."""
+@dataclass
+class _Checkpoint:
+    """A checkpoint's file actions as tables, its other actions as dicts, by action name."""
 
-    def one(name: str) -> pa.Table:
+    adds: list[pa.Table] = field(default_factory=list)
+    removes: list[pa.Table] = field(default_factory=list)
+    other: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _read_checkpoint(log: CommitLog, names: list[str], into: _Checkpoint | None = None,
+                     ) -> _Checkpoint:
+    """The actions of a checkpoint: its parts (Parquet) or its V2 top-level file (Parquet or
+    JSON), and the sidecars it names."""
+    cp = _Checkpoint() if into is None else into
+    sidecars: list[str] = []
+    for name in names:
         body = log.read(name)
         if body is None:
             raise LogGap(f"checkpoint {name} vanished while being read")
-        pf = pq.ParquetFile(pa.BufferReader(body))
-        cols = [c for c in _ACTIONS if c in pf.schema_arrow.names]
-        return pf.read(columns=cols)
-
-    tables = [one(n) for n in names]
-    found: dict[str, list[pa.Table]] = {}
-    for table in tables:
-        for name, kind in (("add", ADD), ("remove", REMOVE)):
-            rows = _rows(table, name, kind)
-            if name == "add" and "add" in table.column_names:
-                rows = rows.set_column(rows.schema.get_field_index("stats"), "stats",
+        if name.endswith(".json"):
+            actions = json.loads(b"[" + b",".join(
+                ln for ln in body.splitlines() if ln.strip()) + b"]")
+            cp.adds.append(pa.Table.from_pylist([a["add"] for a in actions if "add" in a],
+                                                schema=pa.schema(list(ADD))))
+            cp.removes.append(pa.Table.from_pylist(
+                [a["remove"] for a in actions if "remove" in a], schema=pa.schema(list(REMOVE))))
+            for action in actions:
+                for kind, value in action.items():
+                    if kind in _ACTIONS and kind not in ("add", "remove"):
+                        cp.other.setdefault(kind, []).append(value)
+        else:
+            pf = pq.ParquetFile(pa.BufferReader(body))
+            present = set(pf.schema_arrow.names)  # (built anew on each access)
+            table = pf.read(columns=[c for c in _ACTIONS if c in present])
+            adds = _rows(table, "add", ADD)
+            if "add" in table.column_names:
+                adds = adds.set_column(adds.schema.get_field_index("stats"), "stats",
                                        _stats_json(table["add"]))
-            found.setdefault(name, []).append(rows)
-        for name in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
-            if name in table.column_names:
-                col = table[name].combine_chunks()
-                found.setdefault(name, []).append(
-                    pa.table({name: col.filter(pc.is_valid(col))}))
-    sidecars = [row["path"] for t in found.pop("sidecar", []) for row in t["sidecar"].to_pylist()]
+            cp.adds.append(adds)
+            cp.removes.append(_rows(table, "remove", REMOVE))
+            for kind in ("protocol", "metaData", "txn", "domainMetadata", "sidecar"):
+                if kind in table.column_names:
+                    col = table[kind].combine_chunks()
+                    cp.other.setdefault(kind, []).extend(col.filter(pc.is_valid(col)).to_pylist())
+        sidecars += [s["path"] for s in cp.other.pop("sidecar", [])]
     if sidecars:
-        side = _read_checkpoint(log, [f"_sidecars/{p}" for p in sidecars])
-        for name in ("add", "remove"):
-            found.setdefault(name, []).append(side[name])
-    out = {name: pa.concat_tables(ts) for name, ts in found.items()}
-    for name, kind in (("add", ADD), ("remove", REMOVE)):
-        out.setdefault(name, pa.Table.from_batches([], pa.schema(list(kind))))
-    return out
+        _read_checkpoint(log, [f"_sidecars/{p}" for p in sidecars], cp)
+    return cp
 
 
 def _stats_json(add: pa.ChunkedArray) -> pa.Array:
@@ -368,11 +388,12 @@ def replay(table_uri: str, storage_options: dict[str, str] | None = None,
     base_adds, base_removes = empty_add, empty_remove
     if names:
         cp = _read_checkpoint(log, names)
-        base_adds, base_removes = cp["add"], cp["remove"]
-        protocol = _last(cp, "protocol") or protocol
-        metadata = _last(cp, "metaData") or metadata
-        txns.update((t["appId"], t) for t in _all(cp, "txn"))
-        domains.update((d["domain"], d) for d in _all(cp, "domainMetadata"))
+        base_adds = pa.concat_tables([t.cast(pa.schema(list(ADD))) for t in cp.adds])
+        base_removes = pa.concat_tables([t.cast(pa.schema(list(REMOVE))) for t in cp.removes])
+        protocol = (cp.other.get("protocol") or [protocol])[-1]
+        metadata = (cp.other.get("metaData") or [metadata])[-1]
+        txns.update((t["appId"], t) for t in cp.other.get("txn", []))
+        domains.update((d["domain"], d) for d in cp.other.get("domainMetadata", []))
     active: dict[tuple[str, str], dict[str, Any]] = {}
     removed: dict[tuple[str, str], dict[str, Any]] = {}
     first = 0 if start is None else start + 1
@@ -402,15 +423,6 @@ def replay(table_uri: str, storage_options: dict[str, str] | None = None,
     files = _parse_stats(files)
     return LogState(target, _protocol(protocol), _metadata(metadata), files, tombstones, txns,
                     {k: d for k, d in domains.items() if not d.get("removed")}, start)
-
-
-def _all(cp: dict[str, pa.Table], name: str) -> list[dict[str, Any]]:
-    return cp[name].column(name).to_pylist() if name in cp else []
-
-
-def _last(cp: dict[str, pa.Table], name: str) -> dict[str, Any] | None:
-    found = _all(cp, name)
-    return found[-1] if found else None
 
 
 def _reconcile(base: pa.Table, touched: pa.Array, newer: Any, kind: pa.StructType,

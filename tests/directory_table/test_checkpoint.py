@@ -116,10 +116,18 @@ def test_checkpoint_keeps_deletion_vectors_and_unexpired_tombstones(tmp_path):
 
 @pytest.mark.parametrize(("text", "ms"), [
     ("interval 1 week", 604_800_000), ("interval 7 days", 604_800_000),
-    ("INTERVAL 2 hours 30 minutes", 9_000_000), ("interval 1 day 1 second", 86_401_000)])
+    ("INTERVAL 2 hours 30 minutes", 9_000_000), ("interval 1 day 1 second", 86_401_000),
+    ("interval 250 milliseconds", 250)])
 def test_retention_reads_spark_intervals(text, ms):
     assert checkpoint.retention_ms({"delta.deletedFileRetentionDuration": text}) == ms
     assert checkpoint.retention_ms({}) == 604_800_000
+
+
+def test_retention_that_is_no_interval_is_refused():
+    with pytest.raises(ValueError, match="deletedFileRetentionDuration"):
+        checkpoint.retention_ms({"delta.deletedFileRetentionDuration": "interval 3 fortnights"})
+    with pytest.raises(ValueError, match="not an interval"):
+        checkpoint.retention_ms({"delta.deletedFileRetentionDuration": "soon"})
 
 
 def test_checkpoint_on_s3(tmp_path, s3_bucket, s3_env):
@@ -138,3 +146,18 @@ def test_checkpoint_on_s3(tmp_path, s3_bucket, s3_env):
     assert _state(state) == expected
     body = client.get_object(Bucket=s3_bucket, Key="t/_delta_log/_last_checkpoint")["Body"]
     assert json.loads(body.read())["version"] == written.version
+
+
+def test_a_torn_last_checkpoint_is_only_a_lost_hint(tmp_path):
+    """`_last_checkpoint` is written without a sync: after a crash it may be cut short, and
+    readers then list the log (delta-rs and our replay alike)."""
+    root = str(tmp_path / "t")
+    _history(root)
+    expected = _rows(DeltaTable(root).to_pyarrow_table())
+    written = checkpoint.write_checkpoint(root, None, 4)
+    for v in range(4):
+        os.remove(f"{root}/_delta_log/{v:020d}.json")
+    with open(f"{root}/_delta_log/_last_checkpoint", "r+b") as f:
+        f.truncate(7)
+    assert _rows(DeltaTable(root).to_pyarrow_table()) == expected
+    assert deltalog.replay(root).checkpoint == written.version
