@@ -68,7 +68,9 @@ def child(mode: str, table_path: str, folder: str) -> dict:
     files = data_files(table_path)
 
     def read(path: str) -> pa.Table:
-        return pq.read_table(root / path, columns=READ_COLUMNS)
+        # a ParquetFile read of a small file costs half the CPU of pq.read_table (no dataset)
+        return pq.ParquetFile(root / path, pre_buffer=True).read(columns=READ_COLUMNS,
+                                                                  use_threads=False)
 
     started = time.perf_counter()
     rows = 0
@@ -82,8 +84,9 @@ def child(mode: str, table_path: str, folder: str) -> dict:
         with ThreadPoolExecutor(2) as pool:
             rows = sum(t.num_rows for t in pool.map(read, [f for f, _ in files]))
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "rows": rows,
-            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"seconds": seconds, "rows": rows, "rss": usage.ru_maxrss * 1024,
+            "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def run_child(mode: str, table_path: Path, folder: Path) -> dict:

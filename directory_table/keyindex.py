@@ -185,30 +185,20 @@ class KeyIndex:
         """Where the index disagrees with the table's live rows (relative_path, file, pos and
         the value columns): one line per disagreeing path, empty when they agree."""
         table = conform(live_rows)
-        mine = pa.concat_tables(self.rows()).drop_columns(["_bucket"])
-        problems = []
-        for dup in _duplicates(table[KEY]):
-            problems.append(f"{dup}: more than one live row in the table")
-        joined = mine.join(table, KEY, join_type="full outer", left_suffix=".index",
-                           right_suffix=".table", coalesce_keys=True)
-        cols = ["file", "pos", *VALUE_COLUMNS]
-        in_index = pc.is_valid(joined["pos.index"])
-        in_table = pc.is_valid(joined["pos.table"])
-        bad = pc.invert(pc.and_(in_index, in_table))
-        for c in cols:
-            a, b = joined[f"{c}.index"], joined[f"{c}.table"]
-            same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
-            bad = pc.or_(bad, pc.invert(pc.fill_null(same, False)))
-        for row in joined.filter(bad).sort_by(KEY).to_pylist():
-            path = row[KEY]
-            if row["pos.index"] is None:
-                problems.append(f"{path}: in the table, not in the index")
-            elif row["pos.table"] is None:
-                problems.append(f"{path}: in the index, not in the table")
-            else:
-                diffs = [f"{c} {row[c + '.index']!r} != {row[c + '.table']!r}" for c in cols
-                         if row[c + ".index"] != row[c + ".table"]]
-                problems.append(f"{path}: index and table differ: {', '.join(diffs)}")
+        problems = [f"{dup}: more than one live row in the table"
+                    for dup in _duplicates(table[KEY])]
+        # partition by partition, so no more than one partition of the index is in memory
+        if self._m.splits == 1 and "_bucket" in live_rows.schema.names:
+            parts = live_rows["_bucket"].to_numpy()
+        else:
+            parts = np.array(partitions_of(table[KEY].to_pylist(), self._m.parts), np.int64)
+        order = np.argsort(parts, kind="stable")
+        table, parts = table.take(pa.array(order)), parts[order]
+        bounds = np.searchsorted(parts, np.arange(self._m.parts + 1))
+        for part, run in enumerate(self._runs):
+            mine = conform(self._partition(part, run))
+            theirs = table.slice(bounds[part], bounds[part + 1] - bounds[part])
+            problems.extend(_disagreements(mine, theirs))
         return sorted(problems)
 
     # ------------------------------------------------------------ writes
@@ -312,3 +302,27 @@ def _duplicates(keys: pa.ChunkedArray) -> list[str]:
     counts = pc.value_counts(keys)
     return sorted(counts.field("values").filter(pc.greater(counts.field("counts"), 1))
                   .to_pylist())
+
+
+def _disagreements(mine: pa.Table, theirs: pa.Table) -> list[str]:
+    """One line per path where two sets of entries (ENTRY_SCHEMA) differ."""
+    joined = mine.join(theirs, KEY, join_type="full outer", left_suffix=".index",
+                       right_suffix=".table", coalesce_keys=True)
+    cols = ["file", "pos", *VALUE_COLUMNS]
+    bad = pc.invert(pc.and_(pc.is_valid(joined["pos.index"]), pc.is_valid(joined["pos.table"])))
+    for c in cols:
+        a, b = joined[f"{c}.index"], joined[f"{c}.table"]
+        same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
+        bad = pc.or_(bad, pc.invert(pc.fill_null(same, False)))
+    problems = []
+    for row in joined.filter(bad).to_pylist():
+        path = row[KEY]
+        if row["pos.index"] is None:
+            problems.append(f"{path}: in the table, not in the index")
+        elif row["pos.table"] is None:
+            problems.append(f"{path}: in the index, not in the table")
+        else:
+            diffs = [f"{c} {row[c + '.index']!r} != {row[c + '.table']!r}" for c in cols
+                     if row[c + ".index"] != row[c + ".table"]]
+            problems.append(f"{path}: index and table differ: {', '.join(diffs)}")
+    return problems

@@ -322,13 +322,14 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
     def finish(part: int) -> None:
         nonlocal size
         tables, held[part] = held[part], []
-        size -= sum(t.nbytes for t in tables)
+        size -= sum(t.get_total_buffer_size() for t in tables)
         if part in writers:
             writers.pop(part).close()
             spilled = pa.memory_map(str(spill_dir / f"{part}.arrow"))
             tables = [pa.ipc.open_file(spilled).read_all(), *map(conform, tables)]
         rows = pa.concat_tables(tables) if tables else conform(ENTRY_SCHEMA.empty_table())
-        runs[part] = write_run(folder, part, rows, durable, stride)
+        # fsynced all at the end: the disk writes one run back while the next is made
+        runs[part] = write_run(folder, part, rows, False, stride)
         (spill_dir / f"{part}.arrow").unlink(missing_ok=True)
 
     try:
@@ -343,7 +344,7 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
                         finish(p)
                     current = bucket
                 held[part].append(rows)
-                size += rows.nbytes
+                size += rows.get_total_buffer_size()
             if size > memory:
                 for part, tables in enumerate(held):
                     if tables:
@@ -357,6 +358,9 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
         for part in range(parts):
             if runs[part] is None:
                 finish(part)
+        for run in runs if durable else ():
+            if run["name"]:
+                _fsync(folder / run_file(run["name"]))
         return runs
     finally:
         for w in writers.values():
@@ -419,9 +423,9 @@ def live_batches(files: Iterable[tuple[str, int, object]], read: Callable[[str],
 def _live(rows: pa.Table, path: str, bucket: int, deleted: object) -> pa.Table:
     n = rows.num_rows
     rows = rows.append_column("file", pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, dtype=np.int32)), pa.array([path], pa.string()))) \
-        .append_column("pos", pa.array(np.arange(n, dtype=np.int64))) \
-        .append_column("_bucket", pa.array(np.full(n, bucket, dtype=np.int32)))
+        _repeat(n, 0), pa.array([path], pa.string()))) \
+        .append_column("pos", _positions(n)) \
+        .append_column("_bucket", _repeat(n, bucket))
     if deleted is not None:
         mask = np.asarray(deleted)
         if mask.dtype != np.bool_:
@@ -431,3 +435,22 @@ def _live(rows: pa.Table, path: str, bucket: int, deleted: object) -> pa.Table:
             raise ValueError(f"{path}: deletion mask of {len(mask)} rows, file has {n}")
         rows = rows.filter(pa.array(~mask))
     return rows
+
+
+_CONSTANT: dict[int, pa.Array] = {}
+_POSITIONS: list[pa.Array] = [pa.array(np.arange(0, dtype=np.int64))]
+
+
+def _repeat(n: int, value: int) -> pa.Array:
+    """`n` times the int32 `value` (a slice of one array kept per value: files are small)."""
+    have = _CONSTANT.get(value)
+    if have is None or len(have) < n:
+        have = _CONSTANT[value] = pa.array(np.full(max(n, 1 << 16), value, dtype=np.int32))
+    return have.slice(0, n)
+
+
+def _positions(n: int) -> pa.Array:
+    """0..n-1 as int64 (a slice of one array)."""
+    if len(_POSITIONS[0]) < n:
+        _POSITIONS[0] = pa.array(np.arange(max(n, 1 << 16), dtype=np.int64))
+    return _POSITIONS[0].slice(0, n)
