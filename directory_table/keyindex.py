@@ -202,11 +202,13 @@ class KeyIndex:
         return sorted(problems)
 
     # ------------------------------------------------------------ writes
-    def apply(self, version: int, removed_paths: Iterable[str], added: pa.Table) -> None:
+    def apply(self, version: int, removed_paths: Iterable[str], added: pa.Table, *,
+              maintain: bool = True) -> None:
         """Record the commit of `version`: `removed_paths` left the table (deleted, or
         overwritten and also in `added`), `added` holds the new rows (relative_path, file,
         pos and the value columns). Durable when it returns; a crash before leaves the index
-        at its previous version."""
+        at its previous version. `maintain=False` leaves merging to a later `maintain()`
+        (e.g. between batches)."""
         if version <= self._m.version:
             raise ValueError(f"key index is at version {self._m.version}; cannot apply "
                              f"version {version}")
@@ -224,8 +226,17 @@ class KeyIndex:
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
         self._replay(seq, entries)
+        if maintain:
+            self.maintain()
+
+    def maintain(self) -> int:
+        """While the delta holds more than `max_delta` entries, merge the partition holding
+        the most; returns how many were merged."""
+        merged = 0
         while self.delta_size > self.max_delta:
-            self.merge(max(range(parts), key=lambda p: len(self._delta[p])))
+            self.merge(max(range(self._m.parts), key=lambda p: len(self._delta[p])))
+            merged += 1
+        return merged
 
     def merge(self, part: int) -> None:
         """Fold partition `part`'s delta into a new base run."""
