@@ -396,28 +396,41 @@ def _split(batch: pa.RecordBatch | pa.Table, buckets: int, splits: int,
 
 
 def live_batches(files: Iterable[tuple[str, int, object]], read: Callable[[str], pa.Table],
-                 threads: int = 2) -> Iterator[pa.Table]:
+                 threads: int = 2, group: int = 32) -> Iterator[pa.Table]:
     """The live rows of a table, as `KeyIndex.build` takes them, from its data files: each
     item of `files` is (data file path as the table names it, its bucket, the rows its
     deletion vector marks deleted or None) — deleted rows given as a boolean mask (True =
     deleted) or as an array of row positions. `read(path)` returns the file's rows in file
-    order (no deletion vector applied), with relative_path and the value columns; `threads`
-    files are read ahead at once (pyarrow reads without the GIL). Files given bucket by
-    bucket, each bucket's in order of their smallest path, make a build `grouped` and
-    spare it the sort."""
+    order (no deletion vector applied), with relative_path and the value columns. Runs of up
+    to `group` files of one bucket are read as one table, `threads` runs at a time (pyarrow
+    reads without the GIL). Files given bucket by bucket, each bucket's in order of their
+    smallest path, make a build `grouped` and spare it the sort."""
+
+    def load(run: list[tuple[str, int, object]]) -> pa.Table:
+        return pa.concat_tables([_live(read(path), path, bucket, deleted)
+                                 for path, bucket, deleted in run])
+
     with ThreadPoolExecutor(max(1, threads)) as pool:
         ahead: deque = deque()
-        items = iter(files)
-        for item in items:
-            ahead.append((item, pool.submit(read, item[0])))
-            if len(ahead) > 2 * threads:
-                break
+        for run in _runs_of(files, group):
+            ahead.append(pool.submit(load, run))
+            if len(ahead) > threads:
+                yield ahead.popleft().result()
         while ahead:
-            (path, bucket, deleted), future = ahead.popleft()
-            for item in items:
-                ahead.append((item, pool.submit(read, item[0])))
-                break
-            yield _live(future.result(), path, bucket, deleted)
+            yield ahead.popleft().result()
+
+
+def _runs_of(files: Iterable[tuple[str, int, object]], size: int,
+             ) -> Iterator[list[tuple[str, int, object]]]:
+    """Consecutive files of one bucket, at most `size` at a time."""
+    run: list = []
+    for item in files:
+        if run and (len(run) >= size or item[1] != run[0][1]):
+            yield run
+            run = []
+        run.append(item)
+    if run:
+        yield run
 
 
 def _live(rows: pa.Table, path: str, bucket: int, deleted: object) -> pa.Table:
