@@ -88,7 +88,7 @@ class KeyIndex:
         self._delta: list[dict[str, int]] = [{} for _ in range(manifest.parts)]
         #: seq -> that apply's added entries (ENTRY_SCHEMA)
         self._chunks: dict[int, pa.Table] = {}
-        for seq, name in manifest.deltas:
+        for seq, name, _ in manifest.deltas:
             self._replay(seq, read_delta(folder, name))
 
     # ------------------------------------------------------------ open / build
@@ -222,7 +222,7 @@ class KeyIndex:
         seq = self._m.seq + 1
         name = write_delta(self.folder, seq, entries, self.durable)
         manifest = Manifest(self._m.table_id, self._m.buckets, self._m.splits, version, seq,
-                            self._m.runs, [*self._m.deltas, [seq, name]])
+                            self._m.runs, [*self._m.deltas, [seq, name, entries.num_rows]])
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
         self._replay(seq, entries)
@@ -231,10 +231,19 @@ class KeyIndex:
 
     def maintain(self) -> int:
         """While the delta holds more than `max_delta` entries, merge the partition holding
-        the most; returns how many were merged."""
+        the most; then, while the delta files kept hold more than twice that many entries,
+        merge the partition keeping the oldest of them (one that changed long ago and little
+        would otherwise keep every later file). Returns how many partitions were merged."""
         merged = 0
         while self.delta_size > self.max_delta:
             self.merge(max(range(self._m.parts), key=lambda p: len(self._delta[p])))
+            merged += 1
+        while sum(n for _, _, n in self._m.deltas) > 2 * self.max_delta:
+            pinning = [p for p in range(self._m.parts) if self._delta[p]]
+            if not pinning:  # only partitions with nothing to merge keep the files
+                self._settle(list(self._m.runs), None)
+                break
+            self.merge(min(pinning, key=lambda p: self._m.runs[p]["merged_seq"]))
             merged += 1
         return merged
 
@@ -242,17 +251,26 @@ class KeyIndex:
         """Fold partition `part`'s delta into a new base run."""
         rows = self._partition(part, self._runs[part])
         run = write_run(self.folder, part, rows, self.durable, self.sparse_stride)
-        run["merged_seq"] = self._m.seq
         runs = list(self._m.runs)
         runs[part] = run
+        self._settle(runs, part)
+
+    def _settle(self, runs: list[dict], part: int | None) -> None:
+        """Replace the manifest with `runs` (partition `part`'s run just written from its
+        delta): every partition without delta entries holds every apply so far as it is, and
+        delta files every partition holds are dropped."""
+        runs = [{**r, "merged_seq": self._m.seq} if p == part or not self._delta[p] else r
+                for p, r in enumerate(runs)]
         floor = min(r["merged_seq"] for r in runs)
         deltas = [d for d in self._m.deltas if d[0] > floor]
         manifest = Manifest(self._m.table_id, self._m.buckets, self._m.splits, self._m.version,
                             self._m.seq, runs, deltas)
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
-        self._runs[part] = RunFiles.open(self.folder, run["name"]) if run["name"] else None
-        self._delta[part] = {}
+        if part is not None:
+            name = runs[part]["name"]
+            self._runs[part] = RunFiles.open(self.folder, name) if name else None
+            self._delta[part] = {}
         for seq in [s for s in self._chunks if s <= floor]:
             del self._chunks[seq]
         remove_orphans(self.folder, manifest)

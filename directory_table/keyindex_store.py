@@ -107,7 +107,7 @@ class Manifest:
     seq: int
     #: per partition: {"name": stem or None (empty), "rows": n, "merged_seq": s}
     runs: list[dict]
-    #: live delta files, oldest first: [seq, file name]
+    #: live delta files, oldest first: [seq, file name, entries]
     deltas: list[list]
 
     @property
@@ -160,7 +160,7 @@ def _fsync(path: Path) -> None:
 def remove_orphans(folder: Path, manifest: Manifest) -> None:
     """Delete the files of this folder the manifest does not name (left by a crash, or
     replaced by a merge or a build)."""
-    keep = {MANIFEST} | {name for _, name in manifest.deltas}
+    keep = {MANIFEST} | {name for _, name, _ in manifest.deltas}
     for run in manifest.runs:
         if run["name"]:
             keep.add(run_file(run["name"]))

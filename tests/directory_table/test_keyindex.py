@@ -121,6 +121,26 @@ def test_merging_can_wait_for_maintain(tmp_path):
     assert_agrees(KeyIndex.open(tmp_path, "t1", 2), model, [])
 
 
+def test_a_quiet_partition_does_not_pin_old_delta_files(tmp_path):
+    """A partition that changed once long ago (and so is never the biggest) must not keep
+    every later apply's delta file and entries alive."""
+    paths = [f"q/{i}" for i in range(400)]
+    hot = [p for p in paths if bucket_of(p, 2) == 0]
+    cold = next(p for p in paths if bucket_of(p, 2) == 1)
+    index = KeyIndex.build(tmp_path, "t1", 2, 0, [], max_delta=20, durable=False)
+    model = {cold: entry(cold, "f1", 0, 1)}
+    index.apply(1, [], rows_of([model[cold]]))
+    for v in range(2, 200):
+        e = entry(hot[v % len(hot)], f"f{v}", 0, v)
+        model[e["relative_path"]] = e
+        index.apply(v, [], rows_of([e]))
+    assert len(index._m.deltas) <= 45, len(index._m.deltas)
+    assert sum(t.num_rows for t in index._chunks.values()) <= 45
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("delta-")]) <= 45
+    assert_agrees(index, model, [])
+    assert_agrees(KeyIndex.open(tmp_path, "t1", 2), model, [])
+
+
 def test_apply_refuses_an_old_version(tmp_path):
     index = KeyIndex.build(tmp_path, "t1", 2, 5, [])
     with pytest.raises(ValueError, match="version 5"):
