@@ -82,7 +82,7 @@ def child(mode: str, table_path: str, folder: str) -> dict:
         index = KeyIndex.build(folder, meta.metadata().id, BUCKETS, meta.version(),
                                live_batches([(f, b, None) for f, b in files], read),
                                grouped=True)
-        rows = sum(r["rows"] for r in index._m.runs)
+        rows = sum(index.stats()["rows"])
     else:
         with ThreadPoolExecutor(2) as pool:
             rows = sum(t.num_rows for t in pool.map(read, [f for f, _ in files]))
@@ -205,9 +205,10 @@ def run(ctx: Context) -> None:
         baseline_label="its entries written to one fsynced Arrow file", target="< 0.1 s",
         passed=median(applies) < 0.1, details={"runs_s": applies, "cpu_s": apply_cpu}))
 
-    part = max(range(len(index._delta)), key=lambda p: len(index._delta[p]))
+    delta = index.stats()["delta"]
+    part = delta.index(max(delta))
     merge_s, _ = timed(lambda: index.merge(part))
-    part_rows = index._m.runs[part]["rows"]
+    part_rows = index.stats()["rows"][part]
     report.add(Figure(
         name="keyindex.merge", description=f"merge of one partition ({count_label(part_rows)} "
         "rows) with its delta", value=merge_s, unit="s", baseline=median(applies),
@@ -227,9 +228,9 @@ def run(ctx: Context) -> None:
     for round_ in range(200, 200 + (10 if ctx.quick else 30)):
         removed, added = commit(rows, round_)
         version += 1
-        names = [r["name"] for r in index._m.runs]
+        names = index.stats()["runs"]
         sustained.append(timed(lambda r=removed, a=added, v=version: index.apply(v, r, a))[0])
-        merges += sum(old != r["name"] for old, r in zip(names, index._m.runs, strict=True))
+        merges += sum(a != b for a, b in zip(names, index.stats()["runs"], strict=True))
     report.add(Figure(
         name="keyindex.apply2k.sustained", description="2,000-change applies with the delta "
         f"at its bound ({count_label(bound)}), merges included ({merges} in "
@@ -242,7 +243,7 @@ def run(ctx: Context) -> None:
     assert reopened.version == version
     clean_s, _ = timed(lambda: KeyIndex.open(folder, dt.metadata().id, BUCKETS,
                                              max_delta=10**9))
-    for p in range(len(reopened._delta)):
+    for p in range(BUCKETS):
         reopened.merge(p)
     merged_s, _ = timed(lambda: KeyIndex.open(folder, dt.metadata().id, BUCKETS))
     report.add(Figure(

@@ -150,6 +150,16 @@ class KeyIndex:
     def delta_size(self) -> int:
         return sum(len(d) for d in self._delta)
 
+    def stats(self) -> dict:
+        """What the index holds: per partition its run's rows, run file and delta entries;
+        the delta files kept and the entries they and memory hold."""
+        return {"version": self._m.version, "buckets": self._m.buckets,
+                "splits": self._m.splits, "runs": [r["name"] for r in self._m.runs],
+                "rows": [r["rows"] for r in self._m.runs],
+                "delta": [len(d) for d in self._delta],
+                "delta_files": len(self._m.deltas),
+                "kept_entries": sum(t.num_rows for t in self._chunks.values())}
+
     def lookup(self, paths: Iterable[str]) -> pa.Table:
         """The entries of those of `paths` the table holds (LOOKUP_SCHEMA), sorted by path."""
         wanted = sorted(set(paths))

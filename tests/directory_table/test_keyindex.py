@@ -61,7 +61,7 @@ def assert_agrees(index: KeyIndex, model: dict[str, dict], absent: list[str]) ->
     assert found.schema == LOOKUP_SCHEMA
     assert found["relative_path"].to_pylist() == sorted(model)
     assert as_model(found) == model
-    buckets = index._m.buckets
+    buckets = index.stats()["buckets"]
     assert found["_bucket"].to_pylist() == [bucket_of(p, buckets) for p in sorted(model)]
 
 
@@ -134,8 +134,8 @@ def test_a_quiet_partition_does_not_pin_old_delta_files(tmp_path):
         e = entry(hot[v % len(hot)], f"f{v}", 0, v)
         model[e["relative_path"]] = e
         index.apply(v, [], rows_of([e]))
-    assert len(index._m.deltas) <= 45, len(index._m.deltas)
-    assert sum(t.num_rows for t in index._chunks.values()) <= 45
+    stats = index.stats()
+    assert stats["delta_files"] <= 45 and stats["kept_entries"] <= 45, stats
     assert len([n for n in os.listdir(tmp_path) if n.startswith("delta-")]) <= 45
     assert_agrees(index, model, [])
     assert_agrees(KeyIndex.open(tmp_path, "t1", 2), model, [])
@@ -159,7 +159,7 @@ def test_build_spills_and_splits_with_bounded_memory(tmp_path):
     batches = [rows_of(entries[s:s + 100], 4) for s in range(0, 2000, 100)]
     index = KeyIndex.build(tmp_path, "t1", 4, 3, batches, memory=1, rows_hint=10**8,
                            sparse_stride=16)
-    assert index._m.splits > 1
+    assert index.stats()["splits"] > 1
     model = {e["relative_path"]: e for e in entries}
     assert_agrees(index, model, ["p/99999"])
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".build")]
