@@ -69,7 +69,8 @@ def test_quick_keyindex(tmp_path):
     proc = run_quick(tmp_path, "keyindex")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = {m.group(2): m.group(1) for m in FIGURE.finditer(proc.stdout)}
-    assert set(figures) == {"keyindex.rebuild", "keyindex.rebuild.rss", "keyindex.lookup2k",
+    assert set(figures) == {"keyindex.rebuild", "keyindex.rebuild.cpu", "keyindex.rebuild.rss",
+                            "keyindex.lookup2k",
                             "keyindex.apply2k", "keyindex.merge", "keyindex.apply2k.sustained",
                             "keyindex.reopen"}, proc.stdout
     assert set(figures.values()) <= {"PASS", "MISS", "INFO"}

@@ -352,3 +352,14 @@ def test_built_from_a_directory_tables_files_with_deletion_masks(tmp_path):
             assert row[c] == by_path[row["relative_path"]][c] == stored[c], c
     with pytest.raises(ValueError, match="deletion mask of 2 rows"):
         list(live_batches([(first, 0, np.zeros(2, dtype=bool))], read))
+
+    # bucket by bucket (grouped): the same index, each bucket written as the next starts
+    by_bucket = sorted(files, key=lambda fb: fb[1])
+    grouped = KeyIndex.build(tmp_path / "grouped", dt.metadata().id, 4, dt.version(),
+                             live_batches([(f, b, dead.get(f)) for f, b in by_bucket], read,
+                                          group=2), grouped=True)
+    assert grouped.lookup([r["relative_path"] for r in snapshot]).equals(found)
+    assert grouped.check(pa.concat_tables(index.rows())) == []
+    with pytest.raises(ValueError, match="came after other buckets"):
+        KeyIndex.build(tmp_path / "mixed", "t", 4, 1, live_batches(
+            [(f, b, None) for f, b in [*by_bucket, by_bucket[0]]], read), grouped=True)
