@@ -71,11 +71,11 @@ batch = st.tuples(st.lists(st.sampled_from(PATHS), max_size=12),   # overwritten
                   st.lists(st.sampled_from(PATHS), max_size=8))    # deleted
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial=st.lists(st.sampled_from(PATHS), max_size=60, unique=True),
        batches=st.lists(batch, min_size=1, max_size=8),
        buckets=st.sampled_from([1, 3]), max_delta=st.sampled_from([0, 5, 1000]),
-       rows_hint=st.sampled_from([None, 10**9]))
+       rows_hint=st.sampled_from([None, 12_000_000]))  # 2 splits of a bucket
 def test_random_applies_agree_with_a_dict_model(initial, batches, buckets, max_delta,
                                                 rows_hint):
     counter = iter(range(1, 10**6))
