@@ -88,7 +88,7 @@ class KeyIndex:
         self._delta: list[dict[str, int]] = [{} for _ in range(manifest.parts)]
         #: seq -> that apply's added entries (ENTRY_SCHEMA)
         self._chunks: dict[int, pa.Table] = {}
-        for seq, name in manifest.deltas:
+        for seq, name, _ in manifest.deltas:
             self._replay(seq, read_delta(folder, name))
 
     # ------------------------------------------------------------ open / build
@@ -150,6 +150,16 @@ class KeyIndex:
     def delta_size(self) -> int:
         return sum(len(d) for d in self._delta)
 
+    def stats(self) -> dict:
+        """What the index holds: per partition its run's rows, run file and delta entries;
+        the delta files kept and the entries they and memory hold."""
+        return {"version": self._m.version, "buckets": self._m.buckets,
+                "splits": self._m.splits, "runs": [r["name"] for r in self._m.runs],
+                "rows": [r["rows"] for r in self._m.runs],
+                "delta": [len(d) for d in self._delta],
+                "delta_files": len(self._m.deltas),
+                "kept_entries": sum(t.num_rows for t in self._chunks.values())}
+
     def lookup(self, paths: Iterable[str]) -> pa.Table:
         """The entries of those of `paths` the table holds (LOOKUP_SCHEMA), sorted by path."""
         wanted = sorted(set(paths))
@@ -185,38 +195,30 @@ class KeyIndex:
         """Where the index disagrees with the table's live rows (relative_path, file, pos and
         the value columns): one line per disagreeing path, empty when they agree."""
         table = conform(live_rows)
-        mine = pa.concat_tables(self.rows()).drop_columns(["_bucket"])
-        problems = []
-        for dup in _duplicates(table[KEY]):
-            problems.append(f"{dup}: more than one live row in the table")
-        joined = mine.join(table, KEY, join_type="full outer", left_suffix=".index",
-                           right_suffix=".table", coalesce_keys=True)
-        cols = ["file", "pos", *VALUE_COLUMNS]
-        in_index = pc.is_valid(joined["pos.index"])
-        in_table = pc.is_valid(joined["pos.table"])
-        bad = pc.invert(pc.and_(in_index, in_table))
-        for c in cols:
-            a, b = joined[f"{c}.index"], joined[f"{c}.table"]
-            same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
-            bad = pc.or_(bad, pc.invert(pc.fill_null(same, False)))
-        for row in joined.filter(bad).sort_by(KEY).to_pylist():
-            path = row[KEY]
-            if row["pos.index"] is None:
-                problems.append(f"{path}: in the table, not in the index")
-            elif row["pos.table"] is None:
-                problems.append(f"{path}: in the index, not in the table")
-            else:
-                diffs = [f"{c} {row[c + '.index']!r} != {row[c + '.table']!r}" for c in cols
-                         if row[c + ".index"] != row[c + ".table"]]
-                problems.append(f"{path}: index and table differ: {', '.join(diffs)}")
+        problems = [f"{dup}: more than one live row in the table"
+                    for dup in _duplicates(table[KEY])]
+        # partition by partition, so no more than one partition of the index is in memory
+        if self._m.splits == 1 and "_bucket" in live_rows.schema.names:
+            parts = live_rows["_bucket"].to_numpy()
+        else:
+            parts = np.array(partitions_of(table[KEY].to_pylist(), self._m.parts), np.int64)
+        order = np.argsort(parts, kind="stable")
+        table, parts = table.take(pa.array(order)), parts[order]
+        bounds = np.searchsorted(parts, np.arange(self._m.parts + 1))
+        for part, run in enumerate(self._runs):
+            mine = conform(self._partition(part, run))
+            theirs = table.slice(bounds[part], bounds[part + 1] - bounds[part])
+            problems.extend(_disagreements(mine, theirs))
         return sorted(problems)
 
     # ------------------------------------------------------------ writes
-    def apply(self, version: int, removed_paths: Iterable[str], added: pa.Table) -> None:
+    def apply(self, version: int, removed_paths: Iterable[str], added: pa.Table, *,
+              maintain: bool = True) -> None:
         """Record the commit of `version`: `removed_paths` left the table (deleted, or
         overwritten and also in `added`), `added` holds the new rows (relative_path, file,
         pos and the value columns). Durable when it returns; a crash before leaves the index
-        at its previous version."""
+        at its previous version. `maintain=False` leaves merging to a later `maintain()`
+        (e.g. between batches)."""
         if version <= self._m.version:
             raise ValueError(f"key index is at version {self._m.version}; cannot apply "
                              f"version {version}")
@@ -230,28 +232,55 @@ class KeyIndex:
         seq = self._m.seq + 1
         name = write_delta(self.folder, seq, entries, self.durable)
         manifest = Manifest(self._m.table_id, self._m.buckets, self._m.splits, version, seq,
-                            self._m.runs, [*self._m.deltas, [seq, name]])
+                            self._m.runs, [*self._m.deltas, [seq, name, entries.num_rows]])
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
         self._replay(seq, entries)
+        if maintain:
+            self.maintain()
+
+    def maintain(self) -> int:
+        """While the delta holds more than `max_delta` entries, merge the partition holding
+        the most; then, while the delta files kept hold more than twice that many entries,
+        merge the partition keeping the oldest of them (one that changed long ago and little
+        would otherwise keep every later file). Returns how many partitions were merged."""
+        merged = 0
         while self.delta_size > self.max_delta:
-            self.merge(max(range(parts), key=lambda p: len(self._delta[p])))
+            self.merge(max(range(self._m.parts), key=lambda p: len(self._delta[p])))
+            merged += 1
+        while sum(n for _, _, n in self._m.deltas) > 2 * self.max_delta:
+            pinning = [p for p in range(self._m.parts) if self._delta[p]]
+            if not pinning:  # only partitions with nothing to merge keep the files
+                self._settle(list(self._m.runs), None)
+                break
+            self.merge(min(pinning, key=lambda p: self._m.runs[p]["merged_seq"]))
+            merged += 1
+        return merged
 
     def merge(self, part: int) -> None:
         """Fold partition `part`'s delta into a new base run."""
         rows = self._partition(part, self._runs[part])
         run = write_run(self.folder, part, rows, self.durable, self.sparse_stride)
-        run["merged_seq"] = self._m.seq
         runs = list(self._m.runs)
         runs[part] = run
+        self._settle(runs, part)
+
+    def _settle(self, runs: list[dict], part: int | None) -> None:
+        """Replace the manifest with `runs` (partition `part`'s run just written from its
+        delta): every partition without delta entries holds every apply so far as it is, and
+        delta files every partition holds are dropped."""
+        runs = [{**r, "merged_seq": self._m.seq} if p == part or not self._delta[p] else r
+                for p, r in enumerate(runs)]
         floor = min(r["merged_seq"] for r in runs)
         deltas = [d for d in self._m.deltas if d[0] > floor]
         manifest = Manifest(self._m.table_id, self._m.buckets, self._m.splits, self._m.version,
                             self._m.seq, runs, deltas)
         write_manifest(self.folder, manifest, self.durable)
         self._m = manifest
-        self._runs[part] = RunFiles.open(self.folder, run["name"]) if run["name"] else None
-        self._delta[part] = {}
+        if part is not None:
+            name = runs[part]["name"]
+            self._runs[part] = RunFiles.open(self.folder, name) if name else None
+            self._delta[part] = {}
         for seq in [s for s in self._chunks if s <= floor]:
             del self._chunks[seq]
         remove_orphans(self.folder, manifest)
@@ -312,3 +341,27 @@ def _duplicates(keys: pa.ChunkedArray) -> list[str]:
     counts = pc.value_counts(keys)
     return sorted(counts.field("values").filter(pc.greater(counts.field("counts"), 1))
                   .to_pylist())
+
+
+def _disagreements(mine: pa.Table, theirs: pa.Table) -> list[str]:
+    """One line per path where two sets of entries (ENTRY_SCHEMA) differ."""
+    joined = mine.join(theirs, KEY, join_type="full outer", left_suffix=".index",
+                       right_suffix=".table", coalesce_keys=True)
+    cols = ["file", "pos", *VALUE_COLUMNS]
+    bad = pc.invert(pc.and_(pc.is_valid(joined["pos.index"]), pc.is_valid(joined["pos.table"])))
+    for c in cols:
+        a, b = joined[f"{c}.index"], joined[f"{c}.table"]
+        same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
+        bad = pc.or_(bad, pc.invert(pc.fill_null(same, False)))
+    problems = []
+    for row in joined.filter(bad).to_pylist():
+        path = row[KEY]
+        if row["pos.index"] is None:
+            problems.append(f"{path}: in the table, not in the index")
+        elif row["pos.table"] is None:
+            problems.append(f"{path}: in the index, not in the table")
+        else:
+            diffs = [f"{c} {row[c + '.index']!r} != {row[c + '.table']!r}" for c in cols
+                     if row[c + ".index"] != row[c + ".table"]]
+            problems.append(f"{path}: index and table differ: {', '.join(diffs)}")
+    return problems

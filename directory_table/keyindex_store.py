@@ -107,7 +107,7 @@ class Manifest:
     seq: int
     #: per partition: {"name": stem or None (empty), "rows": n, "merged_seq": s}
     runs: list[dict]
-    #: live delta files, oldest first: [seq, file name]
+    #: live delta files, oldest first: [seq, file name, entries]
     deltas: list[list]
 
     @property
@@ -160,7 +160,7 @@ def _fsync(path: Path) -> None:
 def remove_orphans(folder: Path, manifest: Manifest) -> None:
     """Delete the files of this folder the manifest does not name (left by a crash, or
     replaced by a merge or a build)."""
-    keep = {MANIFEST} | {name for _, name in manifest.deltas}
+    keep = {MANIFEST} | {name for _, name, _ in manifest.deltas}
     for run in manifest.runs:
         if run["name"]:
             keep.add(run_file(run["name"]))
@@ -322,13 +322,14 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
     def finish(part: int) -> None:
         nonlocal size
         tables, held[part] = held[part], []
-        size -= sum(t.nbytes for t in tables)
+        size -= sum(t.get_total_buffer_size() for t in tables)
         if part in writers:
             writers.pop(part).close()
             spilled = pa.memory_map(str(spill_dir / f"{part}.arrow"))
             tables = [pa.ipc.open_file(spilled).read_all(), *map(conform, tables)]
         rows = pa.concat_tables(tables) if tables else conform(ENTRY_SCHEMA.empty_table())
-        runs[part] = write_run(folder, part, rows, durable, stride)
+        # fsynced all at the end: the disk writes one run back while the next is made
+        runs[part] = write_run(folder, part, rows, False, stride)
         (spill_dir / f"{part}.arrow").unlink(missing_ok=True)
 
     try:
@@ -343,7 +344,7 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
                         finish(p)
                     current = bucket
                 held[part].append(rows)
-                size += rows.nbytes
+                size += rows.get_total_buffer_size()
             if size > memory:
                 for part, tables in enumerate(held):
                     if tables:
@@ -357,6 +358,9 @@ def spill_build(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], buck
         for part in range(parts):
             if runs[part] is None:
                 finish(part)
+        for run in runs if durable else ():
+            if run["name"]:
+                _fsync(folder / run_file(run["name"]))
         return runs
     finally:
         for w in writers.values():
@@ -392,36 +396,49 @@ def _split(batch: pa.RecordBatch | pa.Table, buckets: int, splits: int,
 
 
 def live_batches(files: Iterable[tuple[str, int, object]], read: Callable[[str], pa.Table],
-                 threads: int = 2) -> Iterator[pa.Table]:
+                 threads: int = 2, group: int = 32) -> Iterator[pa.Table]:
     """The live rows of a table, as `KeyIndex.build` takes them, from its data files: each
     item of `files` is (data file path as the table names it, its bucket, the rows its
     deletion vector marks deleted or None) — deleted rows given as a boolean mask (True =
     deleted) or as an array of row positions. `read(path)` returns the file's rows in file
-    order (no deletion vector applied), with relative_path and the value columns; `threads`
-    files are read ahead at once (pyarrow reads without the GIL). Files given bucket by
-    bucket, each bucket's in order of their smallest path, make a build `grouped` and
-    spare it the sort."""
+    order (no deletion vector applied), with relative_path and the value columns. Runs of up
+    to `group` files of one bucket are read as one table, `threads` runs at a time (pyarrow
+    reads without the GIL). Files given bucket by bucket, each bucket's in order of their
+    smallest path, make a build `grouped` and spare it the sort."""
+
+    def load(run: list[tuple[str, int, object]]) -> pa.Table:
+        return pa.concat_tables([_live(read(path), path, bucket, deleted)
+                                 for path, bucket, deleted in run])
+
     with ThreadPoolExecutor(max(1, threads)) as pool:
         ahead: deque = deque()
-        items = iter(files)
-        for item in items:
-            ahead.append((item, pool.submit(read, item[0])))
-            if len(ahead) > 2 * threads:
-                break
+        for run in _runs_of(files, group):
+            ahead.append(pool.submit(load, run))
+            if len(ahead) > threads:
+                yield ahead.popleft().result()
         while ahead:
-            (path, bucket, deleted), future = ahead.popleft()
-            for item in items:
-                ahead.append((item, pool.submit(read, item[0])))
-                break
-            yield _live(future.result(), path, bucket, deleted)
+            yield ahead.popleft().result()
+
+
+def _runs_of(files: Iterable[tuple[str, int, object]], size: int,
+             ) -> Iterator[list[tuple[str, int, object]]]:
+    """Consecutive files of one bucket, at most `size` at a time."""
+    run: list = []
+    for item in files:
+        if run and (len(run) >= size or item[1] != run[0][1]):
+            yield run
+            run = []
+        run.append(item)
+    if run:
+        yield run
 
 
 def _live(rows: pa.Table, path: str, bucket: int, deleted: object) -> pa.Table:
     n = rows.num_rows
     rows = rows.append_column("file", pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, dtype=np.int32)), pa.array([path], pa.string()))) \
-        .append_column("pos", pa.array(np.arange(n, dtype=np.int64))) \
-        .append_column("_bucket", pa.array(np.full(n, bucket, dtype=np.int32)))
+        _repeat(n, 0), pa.array([path], pa.string()))) \
+        .append_column("pos", _positions(n)) \
+        .append_column("_bucket", _repeat(n, bucket))
     if deleted is not None:
         mask = np.asarray(deleted)
         if mask.dtype != np.bool_:
@@ -431,3 +448,22 @@ def _live(rows: pa.Table, path: str, bucket: int, deleted: object) -> pa.Table:
             raise ValueError(f"{path}: deletion mask of {len(mask)} rows, file has {n}")
         rows = rows.filter(pa.array(~mask))
     return rows
+
+
+_CONSTANT: dict[int, pa.Array] = {}
+_POSITIONS: list[pa.Array] = [pa.array(np.arange(0, dtype=np.int64))]
+
+
+def _repeat(n: int, value: int) -> pa.Array:
+    """`n` times the int32 `value` (a slice of one array kept per value: files are small)."""
+    have = _CONSTANT.get(value)
+    if have is None or len(have) < n:
+        have = _CONSTANT[value] = pa.array(np.full(max(n, 1 << 16), value, dtype=np.int32))
+    return have.slice(0, n)
+
+
+def _positions(n: int) -> pa.Array:
+    """0..n-1 as int64 (a slice of one array)."""
+    if len(_POSITIONS[0]) < n:
+        _POSITIONS[0] = pa.array(np.arange(max(n, 1 << 16), dtype=np.int64))
+    return _POSITIONS[0].slice(0, n)

@@ -63,3 +63,14 @@ def test_quick_tables(tmp_path):
     figures = {m.group(2): m.group(1) for m in FIGURE.finditer(proc.stdout)}
     assert {n.split(".")[1] for n in figures} == {"standard_read", "update"}, proc.stdout
     assert set(figures.values()) <= {"PASS", "MISS"}
+
+
+def test_quick_keyindex(tmp_path):
+    proc = run_quick(tmp_path, "keyindex")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    figures = {m.group(2): m.group(1) for m in FIGURE.finditer(proc.stdout)}
+    assert set(figures) == {"keyindex.rebuild", "keyindex.rebuild.cpu", "keyindex.rebuild.rss",
+                            "keyindex.lookup2k",
+                            "keyindex.apply2k", "keyindex.merge", "keyindex.apply2k.sustained",
+                            "keyindex.reopen"}, proc.stdout
+    assert set(figures.values()) <= {"PASS", "MISS", "INFO"}
