@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from connectors.errors import register_transient
 from directory_table.roles import fresh, live_options
 
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
 __all__ = ["S3_CONNECT_TIMEOUT_S", "S3_MAX_ATTEMPTS", "S3_REQUEST_TIMEOUT_S", "filesystem_for",
-           "list_names", "option", "s3_client", "split_s3"]
+           "list_names", "local_rows", "option", "s3_client", "split_s3"]
 
 #: attempts per request of pyarrow's S3 filesystem (its default is 3: at a 10% fault rate one
 #: request in a thousand would fail, and a batch makes thousands)
@@ -154,3 +159,27 @@ def list_names(uri: str, options: dict[str, str] | None = None) -> list[str]:
     fs, path = filesystem_for(uri, options)
     return sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(
         path, allow_not_found=True)))
+
+
+def local_rows(dt: DeltaTable) -> pa.Table | None:
+    """Every row of `dt`'s loaded version in its schema's types, read file by file on this
+    thread, for a local table without partition columns; None for others (read them through
+    delta-rs's dataset). The file's data must be its rows as they are: no deletion vectors,
+    no column mapping (the caller checks). A column added later is null in older files.
+
+    Plain Parquet reads start no thread. delta-rs's dataset reads through a filesystem written
+    in Python (its handler) from Arrow's I/O threads, which take the GIL: one still finishing
+    as the interpreter finalizes aborts the process, after the work was done (SIGABRT,
+    "terminate called without an active exception"; DESIGN §8)."""
+    uris = dt.file_uris()
+    if (dt.metadata().partition_columns or "://" in dt.table_uri.removeprefix("file://")
+            or any("://" in u for u in uris)):
+        return None
+    schema = pa.schema(dt.schema().to_arrow())
+    parts = []
+    for uri in uris:
+        got = pq.ParquetFile(uri, pre_buffer=False).read(use_threads=False)
+        parts.append(pa.table([got[f.name].cast(f.type) if f.name in got.column_names
+                               else pa.nulls(got.num_rows, f.type) for f in schema],
+                              schema=schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()

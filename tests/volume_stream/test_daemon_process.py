@@ -326,9 +326,11 @@ def test_sigterm_to_the_whole_process_group_is_a_clean_stop(tmp_path):
     finally:
         daemon.kill()
     log = daemon.log.read_text()
-    messages = [r.get("message", "") for r in daemon.records()]
-    assert not any("failed" in m for m in messages), log[-4000:]
-    assert "daemon stopped" in messages, log[-4000:]
+    records = daemon.records()
+    assert not [r for r in records if r.get("level") == "ERROR"], log[-4000:]
+    assert "failed to start" not in log, log[-4000:]
+    assert any(r.get("message") == "daemon stopped" and r.get("clean") for r in records), \
+        log[-4000:]
     assert code == 0, log[-4000:]
 
 
