@@ -130,8 +130,6 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
         # this process (its in-memory catalog forgets Spark's own tables at exit anyway)
         .config("spark.sql.warehouse.dir", _spark_warehouse_dir())
         .config("spark.sql.catalogImplementation", "in-memory")
-        # a worker connected back may send its secret only after its imports (`_pyworker`)
-        .config("spark.python.authenticate.socketTimeout", "120s")
     )
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # a JVM launched here: with our jars
         for key, value in jvm_conf().items():

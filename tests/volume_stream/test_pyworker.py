@@ -1,7 +1,8 @@
 """The Python local sessions start their workers with (`volume_stream._pyworker`): a worker the
-JVM waits for connects back before it imports PySpark (issue 34: at load 11-16 a Python data
-source's streaming runner took longer than Spark's fixed 10 s to import PySpark and connect,
-and the query failed with "Python worker failed to connect back").
+JVM waits for connects back and sends its secret before it imports PySpark (issue 34: at load
+11-16 a Python data source's streaming runner took longer than Spark's fixed 10 s to import
+PySpark and connect, and the query failed with "Python worker failed to connect back"; the
+secret has a fixed 10 s of its own).
 
 The test plays the JVM's part: it listens, as `PythonWorkerFactory.createSimpleWorker` does,
 and hands the worker a PySpark whose import waits until the test has seen the connection, so
@@ -73,7 +74,7 @@ def _read(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def test_a_worker_connects_back_before_importing_pyspark(tmp_path):
+def test_a_worker_connects_back_and_authenticates_before_importing_pyspark(tmp_path):
     gate = tmp_path / "imports-may-finish"
     path = _slow_pyspark(tmp_path / "site", gate)
     server = socket.create_server(("127.0.0.1", 0))
@@ -84,14 +85,15 @@ def test_a_worker_connects_back_before_importing_pyspark(tmp_path):
     assert launcher != sys.executable  # this machine runs it as PySpark's Python
     worker = subprocess.Popen([launcher, "-m", "pyspark.runner"], env=env, cwd=tmp_path)
     try:
-        # the JVM's wait: the connection arrives while PySpark's import is still held up
+        # the JVM's waits: the connection and the secret arrive while PySpark's import is
+        # still held up; the pid (which the JVM awaits without a limit) after it
         server.settimeout(120)
         conn, _ = server.accept()
-        gate.touch()
         conn.settimeout(120)
         (n,) = struct.unpack("!i", _read(conn, 4))
         assert _read(conn, n).decode() == secret
         conn.sendall(struct.pack("!i", 2) + b"ok")
+        gate.touch()
         (pid,) = struct.unpack("!i", _read(conn, 4))
         assert pid == worker.pid
         assert worker.wait(120) == 0
