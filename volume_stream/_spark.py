@@ -110,12 +110,16 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    if os.environ.get("PYSPARK_PYTHON") in (None, "", sys.executable):
-        os.environ["PYSPARK_PYTHON"] = worker_python()  # this Python, connecting back early
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (a gateway is already running) its --master wins; else local.
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(master or Settings().spark_master or "local[*]")
+        master = master or Settings().spark_master or "local[*]"
+        builder = builder.master(master)
+    if ("PYSPARK_GATEWAY_PORT" not in os.environ and str(master).startswith("local")
+            and os.environ.get("PYSPARK_PYTHON") in (None, "", sys.executable)):
+        # workers on this machine: this Python, connecting back early (`_pyworker`)
+        os.environ["PYSPARK_PYTHON"] = worker_python()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     quiet = not _verbose(verbose) and "PYSPARK_GATEWAY_PORT" not in os.environ
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
