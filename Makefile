@@ -81,7 +81,8 @@ test: s3jars emulators
 	$(PY) -m pytest -q -m "not soak and not slow" -n 3 --dist loadfile
 
 # the real-process scenarios marked `slow` (spark-submit, a local cluster, daemons SIGKILLed
-# 20 times, pipeline crashes, the Structured Streaming source's restarts), hundreds of random
+# 20 times, a daemon SIGKILLed 5 times on a store answering part uploads 10 s late while 200
+# files come and go, pipeline crashes, the Structured Streaming source's restarts), hundreds of random
 # histories against the oracle (tests/volume_stream/test_histories.py), 3000
 # random requests against the shard API (tests/volume_stream/test_shard_api_fuzz.py; a
 # SHARD-API-FUZZ line), 1000 random DELETE/UPDATE/MERGE conditions against Spark SQL

@@ -11,20 +11,32 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from connectors.errors import register_transient
 from directory_table.roles import fresh, live_options
 
-__all__ = ["S3_MAX_ATTEMPTS", "filesystem_for", "list_names", "option", "s3_client",
-           "split_s3"]
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+__all__ = ["S3_CONNECT_TIMEOUT_S", "S3_MAX_ATTEMPTS", "S3_REQUEST_TIMEOUT_S", "filesystem_for",
+           "list_names", "local_rows", "option", "s3_client", "split_s3"]
 
 #: attempts per request of pyarrow's S3 filesystem (its default is 3: at a 10% fault rate one
 #: request in a thousand would fail, and a batch makes thousands)
 S3_MAX_ATTEMPTS = 10
+#: seconds pyarrow's S3 requests may go without a byte moving (the AWS SDK for C++ defaults to
+#: 3 s, on Linux too: it is curl's low-speed window, "curlCode: 28, Timeout was reached"). A
+#: store that takes longer to answer a part upload (a busy S3-compatible store, a proxy) failed
+#: every attempt of it; boto3 waits 60 s (DESIGN §7)
+S3_REQUEST_TIMEOUT_S = 60.0
+#: seconds to open a connection (the SDK's default is 1 s, short on a loaded machine)
+S3_CONNECT_TIMEOUT_S = 10.0
 
 
 #: what delta-rs (object_store) says when a store call failed for a reason a retry can outlive:
@@ -79,9 +91,13 @@ def _s3(options: dict[str, str] | None) -> pafs.S3FileSystem:
         kwargs["scheme"] = parsed.scheme or "https"
         kwargs["force_virtual_addressing"] = False
     # every request retried where it fails (5xx, SlowDown, resets): one reset upload part must
-    # not fail a whole Parquet file, and with it a pipeline's batch (DESIGN §7)
-    return pafs.S3FileSystem(retry_strategy=pafs.AwsStandardS3RetryStrategy(
-        max_attempts=S3_MAX_ATTEMPTS), **kwargs)
+    # not fail a whole Parquet file, and with it a pipeline's batch (DESIGN §7). The SDK's
+    # default strategy, not its "standard" one: pyarrow's wrapper of the standard strategy never
+    # gives back the retry quota it takes (5 of 500 tokens a retry), so a filesystem stopped
+    # retrying for good after ~100 retries (measured: 120 uploads at 40% faults, 68 failed)
+    return pafs.S3FileSystem(retry_strategy=pafs.AwsDefaultS3RetryStrategy(
+        max_attempts=S3_MAX_ATTEMPTS), request_timeout=S3_REQUEST_TIMEOUT_S,
+        connect_timeout=S3_CONNECT_TIMEOUT_S, **kwargs)
 
 
 def filesystem_for(uri: str, options: dict[str, str] | None = None,
@@ -146,3 +162,27 @@ def list_names(uri: str, options: dict[str, str] | None = None, *,
     fs, path = filesystem_for(uri, options)
     return sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(
         path, allow_not_found=True)) if not start_after or i.base_name > start_after)
+
+
+def local_rows(dt: DeltaTable) -> pa.Table | None:
+    """Every row of `dt`'s loaded version in its schema's types, read file by file on this
+    thread, for a local table without partition columns; None for others (read them through
+    delta-rs's dataset). The file's data must be its rows as they are: no deletion vectors,
+    no column mapping (the caller checks). A column added later is null in older files.
+
+    Plain Parquet reads start no thread. delta-rs's dataset reads through a filesystem written
+    in Python (its handler) from Arrow's I/O threads, which take the GIL: one still finishing
+    as the interpreter finalizes aborts the process, after the work was done (SIGABRT,
+    "terminate called without an active exception"; DESIGN §8)."""
+    uris = dt.file_uris()
+    if (dt.metadata().partition_columns or "://" in dt.table_uri.removeprefix("file://")
+            or any("://" in u for u in uris)):
+        return None
+    schema = pa.schema(dt.schema().to_arrow())
+    parts = []
+    for uri in uris:
+        got = pq.ParquetFile(uri, pre_buffer=False).read(use_threads=False)
+        parts.append(pa.table([got[f.name].cast(f.type) if f.name in got.column_names
+                               else pa.nulls(got.num_rows, f.type) for f in schema],
+                              schema=schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()

@@ -19,6 +19,7 @@ jars the session is a plain Spark one, as before.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -31,7 +32,7 @@ from volume_stream.config.settings import Settings
 from volume_stream.errors import ConfigError
 
 __all__ = ["connect_conf", "get_spark", "interrupted", "is_connect", "jvm_conf", "remote_url",
-           "spark_log_path"]
+           "spark_log_path", "worker_python"]
 
 #: the Spark Connect plugin that serves sc:// clients from inside a driver (ships with pyspark 4)
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -109,11 +110,16 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (a gateway is already running) its --master wins; else local.
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(master or Settings().spark_master or "local[*]")
+        master = master or Settings().spark_master or "local[*]"
+        builder = builder.master(master)
+    if ("PYSPARK_GATEWAY_PORT" not in os.environ and str(master).startswith("local")
+            and os.environ.get("PYSPARK_PYTHON") in (None, "", sys.executable)):
+        # workers on this machine: this Python, connecting back early (`_pyworker`)
+        os.environ["PYSPARK_PYTHON"] = worker_python()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     quiet = not _verbose(verbose) and "PYSPARK_GATEWAY_PORT" not in os.environ
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
@@ -141,6 +147,27 @@ def get_spark(master: str | None = None, app_name: str = "volume-stream", *,
     session.sparkContext.setLogLevel("WARN" if _verbose(verbose) else "ERROR")
     quiet_query_context_loggers()
     return session
+
+
+def worker_python() -> str:
+    """The executable local sessions start Python workers with: `_pyworker.py` with a `#!` line
+    naming this interpreter, written once into the temp folder (its name carries a digest of
+    its text); this interpreter itself where a script cannot run (a path with spaces, a temp
+    folder mounted `noexec`)."""
+    text = f"#!{sys.executable}\n" + Path(__file__).with_name("_pyworker.py").read_text()
+    folder = Path(tempfile.gettempdir())
+    try:
+        if " " in sys.executable or os.statvfs(folder).f_flag & os.ST_NOEXEC:
+            return sys.executable
+        path = folder / f"volume-stream-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        if not path.exists():
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            os.replace(tmp, path)
+        return str(path)
+    except OSError:
+        return sys.executable
 
 
 _SIGINTS = 0  # Ctrl-Cs received while a local session ran

@@ -3,6 +3,11 @@
 fail: 500 InternalError, 503 SlowDown, a connection reset before any response, a response whose
 body is cut off, or extra latency. Everything else is forwarded unchanged.
 
+Two more ways an object store misbehaves, for the parts of multipart uploads (S3's UploadPart:
+a PUT with an `uploadId`): `hold_uploads_s` holds each part's answer that long (a store slower
+to answer than a client's read timeout), and `fail_uploads(n)` answers the next `n` parts 500
+InternalError (more than a client's retries of one request).
+
     with FaultyProxy(upstream="http://127.0.0.1:5000", rate=0.1, seed=7) as proxy:
         boto3.client("s3", endpoint_url=proxy.endpoint, ...)     # 10% of calls fail
         proxy.counts   # {"forwarded": 412, "error500": 11, "slowdown503": 9, ...}
@@ -45,10 +50,12 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
 
 class _State:
     def __init__(self, upstream: str, rate: float, faults: tuple[str, ...], seed: int,
-                 latency_s: float):
+                 latency_s: float, hold_uploads_s: float = 0.0):
         url = urlparse(upstream)
         self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
         self.rate, self.faults, self.latency_s = rate, faults, latency_s
+        self.hold_uploads_s = hold_uploads_s
+        self.failing_uploads = 0
         self.random = random.Random(seed)
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
@@ -64,6 +71,15 @@ class _State:
         with self.lock:
             self.counts[what] += 1
 
+    def fail_upload(self) -> bool:
+        """Whether this part upload is one of the `fail_uploads` still to fail."""
+        with self.lock:
+            if self.failing_uploads <= 0:
+                return False
+            self.failing_uploads -= 1
+            self.counts["upload_failed"] += 1
+            return True
+
 
 class _Handler(FakeRequestHandler):
     server: FakeHTTPServer
@@ -76,9 +92,16 @@ class _Handler(FakeRequestHandler):
                 state.enabled = False
             elif self.path.endswith("/resume"):
                 state.enabled = True
+            elif "/fail_uploads/" in self.path:
+                with state.lock:
+                    state.failing_uploads = int(self.path.rsplit("/", 1)[1])
             with state.lock:
                 payload = json.dumps(dict(state.counts)).encode()
             self.respond(200, payload, {"Content-Type": "application/json"})
+            return
+        upload = self.command == "PUT" and "uploadId=" in self.path  # a multipart upload's part
+        if upload and state.fail_upload():
+            self._error(500, "InternalError")
             return
         fault = state.draw()
         if fault == "reset":
@@ -97,6 +120,8 @@ class _Handler(FakeRequestHandler):
             state.count(fault)
             time.sleep(state.latency_s)
         status, headers, payload = self._forward(state, body)
+        if upload and state.hold_uploads_s:
+            time.sleep(state.hold_uploads_s)  # done upstream; its answer comes late
         if fault == "truncate" and len(payload) > 1 and self.command != "HEAD":
             state.count(fault)
             self.send_response(status)
@@ -152,14 +177,15 @@ class FaultyProxy:
         faults: The kinds to draw from (`FAULTS`).
         seed: Seed of the fault generator.
         latency_s: Delay added by a "latency" fault.
+        hold_uploads_s: How long every part upload's answer is held.
     """
 
     def __init__(self, upstream: str, *, rate: float = 0.1, faults: tuple[str, ...] = FAULTS,
-                 seed: int = 0, latency_s: float = 0.2):
+                 seed: int = 0, latency_s: float = 0.2, hold_uploads_s: float = 0.0):
         unknown = set(faults) - set(FAULTS)
         if unknown or not 0 <= rate <= 1:
             raise ValueError(f"faults must be among {FAULTS} and rate in 0..1")
-        self._state = _State(upstream, rate, tuple(faults), seed, latency_s)
+        self._state = _State(upstream, rate, tuple(faults), seed, latency_s, hold_uploads_s)
         self._server = FakeHTTPServer("fake-faulty-proxy", _Handler, self._state)
 
     @property
@@ -177,6 +203,11 @@ class FaultyProxy:
 
     def resume(self) -> None:
         self._state.enabled = True
+
+    def fail_uploads(self, n: int) -> None:
+        """Answer the next `n` part uploads 500 InternalError."""
+        with self._state.lock:
+            self._state.failing_uploads = n
 
     def start(self) -> FaultyProxy:
         self._server.start()
@@ -201,11 +232,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--hold-uploads", type=float, default=0.0,
+                        help="seconds every part upload's answer is held")
     parser.add_argument("--faults", default=",".join(FAULTS),
                         help=f"comma-separated kinds among {', '.join(FAULTS)}")
     args = parser.parse_args(argv)
     proxy = FaultyProxy(args.upstream, rate=args.rate, seed=args.seed, latency_s=args.latency,
-                        faults=tuple(args.faults.split(","))).start()
+                        faults=tuple(args.faults.split(",")),
+                        hold_uploads_s=args.hold_uploads).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(proxy.endpoint, flush=True)

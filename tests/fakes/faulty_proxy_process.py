@@ -7,10 +7,11 @@ talks to can deadlock (see tests/s3_warehouse_fixtures.py).
         ...connect through proxy.endpoint...
         proxy.resume()            # faults from now on
         proxy.counts()            # {"forwarded": 120, "error500": 14, "slowdown503": 17}
+        proxy.fail_uploads(12)    # the next 12 part uploads answer 500
 
-The child is `python -m tests.fakes.faulty_proxy_process UPSTREAM RATE FAULTS SEED PAUSED`; it
-prints its endpoint, then answers `pause`, `resume` and `counts` lines on stdin (one JSON line
-each) and stops when stdin closes.
+The child is `python -m tests.fakes.faulty_proxy_process UPSTREAM RATE FAULTS SEED PAUSED
+HOLD_UPLOADS_S`; it prints its endpoint, then answers `pause`, `resume`, `counts` and
+`fail_uploads N` lines on stdin (one JSON line each) and stops when stdin closes.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 class FaultyProxyProcess:
     def __init__(self, upstream: str, *, rate: float, faults: tuple[str, ...],
-                 seed: int = 0, paused: bool = False):
-        self._args = [upstream, str(rate), ",".join(faults), str(seed), str(int(paused))]
+                 seed: int = 0, paused: bool = False, hold_uploads_s: float = 0.0):
+        self._args = [upstream, str(rate), ",".join(faults), str(seed), str(int(paused)),
+                      str(hold_uploads_s)]
         self._proc: subprocess.Popen | None = None
         self.endpoint = ""
 
@@ -49,6 +51,9 @@ class FaultyProxyProcess:
 
     def counts(self) -> dict[str, int]:
         return self._ask("counts")
+
+    def fail_uploads(self, n: int) -> None:
+        self._ask(f"fail_uploads {n}")
 
     def __enter__(self) -> FaultyProxyProcess:
         self._proc = subprocess.Popen(
@@ -73,9 +78,10 @@ class FaultyProxyProcess:
             self._proc.wait()
 
 
-def _main(upstream: str, rate: str, faults: str, seed: str, paused: str) -> None:
+def _main(upstream: str, rate: str, faults: str, seed: str, paused: str,
+          hold_uploads_s: str = "0") -> None:
     proxy = FaultyProxy(upstream, rate=float(rate), faults=tuple(faults.split(",")),
-                        seed=int(seed)).start()
+                        seed=int(seed), hold_uploads_s=float(hold_uploads_s)).start()
     if paused == "1":
         proxy.pause()
     print(json.dumps({"endpoint": proxy.endpoint}), flush=True)
@@ -86,6 +92,8 @@ def _main(upstream: str, rate: str, faults: str, seed: str, paused: str) -> None
                 proxy.pause()
             elif command == "resume":
                 proxy.resume()
+            elif command.startswith("fail_uploads "):
+                proxy.fail_uploads(int(command.split()[1]))
             print(json.dumps(dict(proxy.counts) if command == "counts" else {"ok": command}),
                   flush=True)
     finally:
@@ -93,4 +101,4 @@ def _main(upstream: str, rate: str, faults: str, seed: str, paused: str) -> None
 
 
 if __name__ == "__main__":
-    _main(*sys.argv[1:6])
+    _main(*sys.argv[1:7])

@@ -32,8 +32,9 @@ CLI = str(Path(sys.executable).parent / "volume-stream")
 class DaemonProcess:
     """One `volume-stream daemon --config FILE --log-json` child, logging to a file."""
 
-    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None):
-        self.config, self.log, self.env = config, log, env
+    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None, *,
+                 own_group: bool = False):
+        self.config, self.log, self.env, self.own_group = config, log, env, own_group
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> DaemonProcess:
@@ -41,7 +42,8 @@ class DaemonProcess:
         self.proc = subprocess.Popen([CLI, "daemon", "--config", str(self.config), "--log-json"],
                                      stdout=self._log_fh, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env,
-                                     cwd=self.config.parent)  # Spark children write here
+                                     cwd=self.config.parent,  # Spark children write here
+                                     start_new_session=self.own_group)
         self._started_at = self.log.stat().st_size
         return self
 
@@ -108,6 +110,11 @@ class DaemonProcess:
             self.proc.kill()
         if self.proc:
             self.wait()
+        if self.proc and self.own_group:  # its JVM and Python workers too
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def write_config(path: Path, warehouse: Path, data: Path, **volume: object) -> Path:
@@ -232,13 +239,9 @@ def test_a_taken_metrics_port_is_one_line_naming_the_port_and_the_setting(tmp_pa
     assert "Traceback" not in proc.stderr and "Address already in use" not in proc.stderr
 
 
-@pytest.mark.slow
-def test_daemon_runs_a_pipeline_spec_with_the_run_command(tmp_path):
-    """A `[pipelines.NAME] spec = ...` entry really runs `volume-stream run SPEC` (Spark in a
-    child process) against the daemon's warehouse: the target table gets one row per file.
-    Slow (20-50 s): the child starts a JVM for Spark."""
-    from deltalake import DeltaTable
-
+def _sizes_pipeline(tmp_path: Path) -> tuple[Path, Path]:
+    """A daemon configuration with three files and a `sizes` pipeline spec; (config,
+    warehouse)."""
     data, wh = tmp_path / "data", tmp_path / "wh"
     data.mkdir()
     for i in range(3):
@@ -263,16 +266,31 @@ def test_daemon_runs_a_pipeline_spec_with_the_run_command(tmp_path):
     cfg = write_config(tmp_path / "vs.toml", wh, data)
     with cfg.open("a") as fh:
         fh.write(f'[pipelines.sizes]\nspec = "{tmp_path / "job.toml"}"\ninterval_s = 3600\n')
+    return cfg, wh
+
+
+def _first_run_ok(daemon: DaemonProcess) -> None:
+    deadline = time.monotonic() + 240
+    while not any(r.get("pipeline") == "sizes" and r.get("outcome") for r in daemon.records()):
+        assert daemon.proc.poll() is None, daemon.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, daemon.log.read_text()[-3000:]
+        time.sleep(0.5)
+    outcome = next(r for r in daemon.records() if r.get("pipeline") == "sizes"
+                   and r.get("outcome"))
+    assert outcome["outcome"] == "ok", daemon.log.read_text()[-3000:]
+
+
+@pytest.mark.slow
+def test_daemon_runs_a_pipeline_spec_with_the_run_command(tmp_path):
+    """A `[pipelines.NAME] spec = ...` entry runs its job (`volume-stream run SPEC`) in the
+    daemon's Spark session against the daemon's warehouse: the target table gets one row per
+    file. Slow (20-50 s): Spark starts a JVM."""
+    from deltalake import DeltaTable
+
+    cfg, wh = _sizes_pipeline(tmp_path)
     daemon = DaemonProcess(cfg, tmp_path / "daemon.log").start()
     try:
-        deadline = time.monotonic() + 240
-        while not any(r.get("pipeline") == "sizes" and r.get("outcome")
-                      for r in daemon.records()):
-            assert time.monotonic() < deadline, daemon.log.read_text()[-3000:]
-            time.sleep(0.5)
-        outcome = next(r for r in daemon.records() if r.get("pipeline") == "sizes"
-                       and r.get("outcome"))
-        assert outcome["outcome"] == "ok", daemon.log.read_text()[-3000:]
+        _first_run_ok(daemon)
         assert daemon.metric("volume_stream_pipeline_runs_total", pipeline="sizes",
                              outcome="ok") == 1
         daemon.signal(signal.SIGTERM)
@@ -290,6 +308,30 @@ def test_daemon_runs_a_pipeline_spec_with_the_run_command(tmp_path):
     (batch,) = [r["batch"] for r in daemon.records() if r.get("pipeline") == "sizes"
                 and "batch" in r]
     assert (batch["files_seen"], batch["files_ok"]) == (3, 3)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_is_a_clean_stop(tmp_path):
+    """SIGTERM sent to the daemon's process group (`kill -- -PGID`, a terminal's Ctrl-C, a
+    process manager) reaches Spark's JVM too, which exits at once: stopping the daemon's Spark
+    session then found no JVM ("[Errno 111] Connection refused"), and the daemon logged
+    "daemon failed to start" and exited 1 (issue 34). A stopping daemon is not failing to
+    start: Spark already gone is a warning, and the stop is clean."""
+    cfg, _ = _sizes_pipeline(tmp_path)
+    daemon = DaemonProcess(cfg, tmp_path / "daemon.log", own_group=True).start()
+    try:
+        _first_run_ok(daemon)  # the daemon's Spark session is up
+        os.killpg(daemon.proc.pid, signal.SIGTERM)
+        code = daemon.wait(120)
+    finally:
+        daemon.kill()
+    log = daemon.log.read_text()
+    records = daemon.records()
+    assert not [r for r in records if r.get("level") == "ERROR"], log[-4000:]
+    assert "failed to start" not in log, log[-4000:]
+    assert any(r.get("message") == "daemon stopped" and r.get("clean") for r in records), \
+        log[-4000:]
+    assert code == 0, log[-4000:]
 
 
 def _is_json_object(line: str) -> bool:

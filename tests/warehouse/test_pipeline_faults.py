@@ -5,8 +5,14 @@ the Delta log, a back-off around each step), so one run commits the whole batch:
 exactly once, none failed, each committed data file readable, instead of the batch failing on
 the first reset and starting again from scratch. 8 files in `make test`, 40 in `make soak`.
 The executors have the AWS environment (`s3_executors`), as a cluster's have a role; without
-it their writes go out unsigned, and the second test shows that a file that does not read
-back as written is then never committed. moto and the proxy each run in their own process."""
+it their writes go out unsigned, and the last test shows that a file that does not read
+back as written is then never committed. moto and the proxy each run in their own process.
+
+Two uploads a store makes hard (issue 34): a store that answers part uploads 10 s late (the
+AWS SDK for C++'s 3 s default read timeout, curl's low-speed window, failed every attempt of
+every upload with "curlCode: 28, Timeout was reached"), and a part upload failing more often
+than the SDK tries one request (the task writes its files again instead of failing the
+batch)."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 import volume_stream as vs
+from directory_table.storage import S3_MAX_ATTEMPTS
 from tests.fakes.faulty_proxy_process import FaultyProxyProcess
 from tests.s3_warehouse_fixtures import s3_client
 
@@ -54,6 +61,63 @@ def test_a_batch_writing_to_s3_through_faults_commits_in_one_run(s3_env, s3_buck
     rows = DeltaTable(f"{uri}/tables/out").to_pyarrow_table().to_pylist()
     assert Counter(r["relative_path"] for r in rows) == {f"f{i:03d}.txt": 1 for i in range(files)}
     assert all(r["content"] == f"file {int(r['relative_path'][1:4])}" for r in rows)
+    assert setup.describe_stream("p")["pending_changes"] == 0
+
+
+def _files(tmp_path, n: int):
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(n):
+        (data / f"f{i:03d}.txt").write_text(f"file {i}")
+    return data
+
+
+def _committed_once(uri: str, files: int) -> bool:
+    rows = DeltaTable(f"{uri}/tables/out").to_pyarrow_table().to_pylist()
+    return Counter(r["relative_path"] for r in rows) == {
+        f"f{i:03d}.txt": 1 for i in range(files)}
+
+
+@pytest.mark.timeout(400)
+def test_a_store_answering_part_uploads_late_is_waited_for(s3_env, s3_bucket, tmp_path,
+                                                            s3_executors):
+    # every part upload's answer comes 10 s late; the SDK's default gave up on each attempt
+    # after ~8 s (3 s of no bytes once the body's bytes left its speed window): no upload of
+    # the batch could ever finish, so it never committed
+    uri = f"s3://{s3_bucket}/wh"
+    setup = vs.connect(uri)
+    setup.create_volume("vol", str(_files(tmp_path, 4)))
+    setup.create_stream("p", on_volume="vol")
+    setup.refresh("vol")
+    with FaultyProxyProcess(s3_env, rate=0.0, faults=FAULTS, hold_uploads_s=10.0) as proxy:
+        cat = vs.connect(uri, storage_options={"AWS_ENDPOINT_URL": proxy.endpoint},
+                         spark=s3_executors)
+        metrics = cat.pipeline("p", content, "out", parallelism=2).run_once()
+    assert (metrics.files_ok, metrics.files_failed) == (4, 0)
+    assert _committed_once(uri, 4)
+    assert setup.describe_stream("p")["pending_changes"] == 0
+
+
+@pytest.mark.timeout(400)
+def test_an_upload_failing_more_often_than_its_retries_is_written_again(
+        s3_env, s3_bucket, tmp_path, s3_executors):
+    # the next part uploads all answer 500, more of them than the SDK tries one request: the
+    # task's write fails, and the task writes its files again instead of failing the batch
+    uri = f"s3://{s3_bucket}/wh"
+    setup = vs.connect(uri)
+    setup.create_volume("vol", str(_files(tmp_path, 4)))
+    setup.create_stream("p", on_volume="vol")
+    setup.refresh("vol")
+    with FaultyProxyProcess(s3_env, rate=0.0, faults=FAULTS) as proxy:
+        cat = vs.connect(uri, storage_options={"AWS_ENDPOINT_URL": proxy.endpoint},
+                         spark=s3_executors)
+        pipeline = cat.pipeline("p", content, "out", parallelism=1)
+        proxy.fail_uploads(S3_MAX_ATTEMPTS + 2)
+        metrics = pipeline.run_once()
+        counts = proxy.counts()
+    assert counts["upload_failed"] == S3_MAX_ATTEMPTS + 2
+    assert (metrics.files_ok, metrics.files_failed) == (4, 0)
+    assert _committed_once(uri, 4)
     assert setup.describe_stream("p")["pending_changes"] == 0
 
 

@@ -122,13 +122,16 @@ def daemon(
     from volume_stream.daemon.daemon import Daemon  # not at import: other commands start faster
 
     note_new_warehouse(cfg.warehouse)  # removed again if the daemon refuses to start
+    running = None
     try:
-        code = Daemon(cfg).run()
+        running = Daemon(cfg)
+        code = running.run()
     except ConfigError as exc:
         log.error("configuration error in %s: %s", config, exc)
         raise typer.Exit(2) from None
     except (VolumeStreamError, OSError) as exc:
-        log.error("daemon failed to start: %s", exc, exc_info=True)
+        started = running is not None and running.running
+        log.error("daemon failed%s: %s", "" if started else " to start", exc, exc_info=True)
         raise typer.Exit(1) from None
     raise typer.Exit(code)
 

@@ -91,6 +91,8 @@ class Daemon:
         self.shard_api: Any = None
         self._stats_thread: threading.Thread | None = None
         self._started = False
+        #: start() finished: from here on a failure is not a failure to start
+        self.running = False
         self._signals = 0
 
     def __repr__(self) -> str:
@@ -216,6 +218,7 @@ class Daemon:
         log.info("daemon started: volumes %s, pipelines %s, warehouse %s",
                  sorted(self.runners), sorted(self.pipelines), cfg.warehouse,
                  extra={"pid": os.getpid()})
+        self.running = True
         return self
 
     def _retrying(self, what: str, step: Callable[[], Any]) -> Any:
@@ -265,16 +268,27 @@ class Daemon:
         if self._spark_thread is not None:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._spark_thread.join(left)
-        self.spark.stop()
-        if self.server is not None:
-            self.server.stop()
-        if self.shard_api is not None:
-            self.shard_api.stop()
-            self.shard_api = None
+        for what, stop in (("Spark", self.spark.stop), ("the metrics server", self._stop_server),
+                           ("the shard API", self._stop_shard_api)):
+            try:  # each part stops even if another could not
+                stop()
+            except Exception as exc:
+                done = False
+                log.error("daemon: stopping %s failed: %s: %s", what, type(exc).__name__, exc,
+                          exc_info=True)
         if not done:
             stuck = [t.name for t in threads if t.alive]
             log.error("daemon: %s did not stop within %.0fs", stuck, timeout or 0)
         return done
+
+    def _stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def _stop_shard_api(self) -> None:
+        if self.shard_api is not None:
+            self.shard_api.stop()
+            self.shard_api = None
 
     def __enter__(self) -> Daemon:
         return self.start()

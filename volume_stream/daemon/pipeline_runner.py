@@ -88,10 +88,18 @@ class SharedSpark:
             return self._session
 
     def stop(self) -> None:
+        """Stop the session if this object started it. A JVM that is already gone (a signal
+        sent to the daemon's whole process group reaches Spark's JVM too, which exits at once)
+        is logged, not raised: the daemon is stopping, not failing."""
         with self._lock:
-            if self._session is not None and self._owned:
-                self._session.stop()
-            self._session = None
+            session, self._session = self._session, None
+            if session is None or not self._owned:
+                return
+            try:
+                session.stop()
+            except Exception as exc:  # py4j: ConnectionRefusedError, Py4JNetworkError
+                log.warning("Spark had already stopped (its JVM is gone: %s: %s)",
+                            type(exc).__name__, exc)
 
 
 class PipelineRunner(LoopThread):
@@ -283,7 +291,12 @@ class PipelineRunner(LoopThread):
                         "did not move, the next run sees the same changes)", self.name, why,
                         extra={"pipeline": self.name})
             if "spark" in box:
-                box["spark"].interruptTag(tag)
+                try:
+                    box["spark"].interruptTag(tag)
+                except Exception as exc:  # the JVM is gone already: so are its jobs
+                    log.warning("pipeline %s: could not interrupt its Spark jobs (%s: %s)",
+                                self.name, type(exc).__name__, exc,
+                                extra={"pipeline": self.name})
             worker.join(_TERMINATE_GRACE_S)
             if worker.is_alive():
                 log.error("pipeline %s: still running %.0fs after the interrupt (outside "

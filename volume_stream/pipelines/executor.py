@@ -50,6 +50,7 @@ __all__ = [
     "MANIFEST_DDL",
     "RECORD_COLUMNS",
     "TaskPlan",
+    "WRITE_ATTEMPTS",
     "apply_udf",
     "dump_udf",
     "is_transient",
@@ -80,6 +81,8 @@ ERROR_SCHEMA = pa.schema([
 ])
 #: Columns whose min/max go into each data file's Delta stats (used to prune deletes).
 STATS_COLUMNS = ("relative_path", "__commit_version")
+#: times a task writes its files when writing them fails transiently (`run_task`)
+WRITE_ATTEMPTS = 5
 _FLUSH_ROWS = 50_000
 _FLUSH_BYTES = 64 << 20
 _MAX_ERROR_CHARS = 4_000
@@ -328,20 +331,31 @@ def _with_meta(rows: pa.Table, record: FileRecord, schema: pa.Schema) -> pa.Tabl
 def run_task(plan: TaskPlan, index: int) -> Iterator[pa.RecordBatch]:
     """Process task `index`'s share of the plan's records; yield its manifest. A data file that
     does not read back as written (`CorruptDataFileError`) is deleted and the share redone, up
-    to `plan.max_attempts` times."""
+    to `plan.max_attempts` times; a write that failed transiently (an upload whose every request
+    attempt failed: resets, 5xx, a store too slow to answer) is deleted and redone too, up to
+    `WRITE_ATTEMPTS` times, so one failed upload does not fail the batch (DESIGN §7)."""
     from pyspark import cloudpickle
 
     udf = cloudpickle.loads(plan.udf_blob)
     fn = getattr(udf, "fn", udf)
-    for attempt in range(1, plan.max_attempts + 1):
+    corrupt = transient = 0
+    while True:
         try:
             manifest = _task_manifest(plan, index, fn)
             break
         except CorruptDataFileError as exc:
-            if attempt == plan.max_attempts:
+            corrupt += 1
+            if corrupt >= plan.max_attempts:
                 raise
             log.warning("task %d: %s; writing its files again", index, exc)
-            time.sleep(plan.retry_backoff_s * 2 ** (attempt - 1))
+            time.sleep(plan.retry_backoff_s * 2 ** (corrupt - 1))
+        except OSError as exc:
+            transient += 1
+            if not is_transient(exc) or transient >= WRITE_ATTEMPTS:
+                raise
+            log.warning("task %d: writing its files failed (%s); writing them again", index,
+                        str(exc).splitlines()[0][:500])
+            time.sleep(min(30.0, max(plan.retry_backoff_s, 0.5) * 2 ** (transient - 1)))
     yield pa.RecordBatch.from_pylist(manifest, schema=MANIFEST_SCHEMA)
 
 

@@ -31,7 +31,10 @@ import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
+from connectors.errors import is_transient
 from connectors.secrets import is_secret
+from directory_table.errors import storage_transient
+from volume_stream._spark import interrupted
 from volume_stream.errors import ConsumeConflictError, VolumeStreamError
 from volume_stream.pipelines.executor import (
     ERROR_SCHEMA,
@@ -51,6 +54,9 @@ Pipeline = Any
 __all__ = ["CRASH_ENV", "app_id_for", "crash_point", "plan_items", "run_batch"]
 
 log = logging.getLogger("volume_stream._pipeline_run")
+
+#: times a chunk's Spark job runs when it fails transiently (`_run_chunk`)
+CHUNK_ATTEMPTS = 3
 
 #: Test hook: the name of a point at which to SIGKILL this process (`crash_point`).
 CRASH_ENV = "VOLUME_STREAM_TEST_CRASH_AT"
@@ -202,14 +208,9 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
                             retry_backoff_s=opts.retry_backoff_s,
                             striped=opts.on_delete != "delete_rows",
                             storage_options={k: v for k, v in so.items() if not is_secret(k)})
-            try:
-                manifest = _run_spark(catalog.spark, plan, opts.parallelism,
-                                      f"volume-stream pipeline {stream} batch {batch_id} "
-                                      f"files {start}-{stop} of {total}")
-            except BaseException:
-                for sink in (target, errors):  # files of tasks that finished before the failure
-                    sink.discard_prefix(plan.file_prefix)
-                raise
+            manifest = _run_chunk(catalog.spark, plan, opts.parallelism, (target, errors),
+                                  f"volume-stream pipeline {stream} batch {batch_id} "
+                                  f"files {start}-{stop} of {total}")
             removals, rows_deleted = [], 0
             if opts.on_delete == "delete_rows":
                 paths = set(chunk.filter(chunk["_remove"])["relative_path"].to_pylist())
@@ -247,6 +248,44 @@ def run_batch(pipeline: Pipeline) -> PipelineMetrics:
     crash_point("after_target_commit")
     catalog.commit_offset(stream, spec["volume_id"], a, end, batch_id, rows=records.num_rows)
     return PipelineMetrics(**metrics, **counts, seconds=time.monotonic() - started)
+
+
+def _run_chunk(spark: Any, plan: TaskPlan, parallelism: int | None,
+               sinks: tuple[DeltaSink, DeltaSink], description: str) -> dict[str, Any]:
+    """Run a chunk's Spark job; a job that failed transiently (a task's write failed on the
+    store after its own retries) runs again, up to `CHUNK_ATTEMPTS` times: the chunks committed
+    before stay committed and the batch goes on from this one (DESIGN §7). The files of a failed
+    attempt's tasks are deleted."""
+    prefix = plan.file_prefix
+    for attempt in range(1, CHUNK_ATTEMPTS + 1):
+        plan.file_prefix = prefix if attempt == 1 else f"{prefix}-a{attempt}"
+        try:
+            return _run_spark(spark, plan, parallelism, description)
+        except BaseException as exc:
+            for sink in sinks:  # files of tasks that finished before the failure
+                sink.discard_prefix(plan.file_prefix)
+            if attempt == CHUNK_ATTEMPTS or not _failed_transiently(exc):
+                raise
+            log.warning("%s: failed transiently (%s), running it again", description,
+                        _first_line(exc))
+            time.sleep(2.0 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _failed_transiently(exc: BaseException) -> bool:
+    """Whether a chunk's Spark job failed on a transient store error in a task (its Python
+    error comes back as the text of Spark's exception), not because it was cancelled."""
+    if not isinstance(exc, Exception) or interrupted():
+        return False
+    text = str(exc)
+    if "cancelled" in text.lower() or "canceled" in text.lower():
+        return False
+    return is_transient(exc) or storage_transient(OSError(text))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _run_spark(spark: Any, plan: TaskPlan, parallelism: int | None,

@@ -9,6 +9,9 @@ second an `UnsupportedFeatureError` naming the table and the features.
 
     with readable("t", path, dt, after=3, up_to=7):
         dt.load_cdf(starting_version=4, ending_version=7)
+
+A snapshot of a local table is read from its data files on the calling thread (`rows`): such
+a read starts no thread that could still run as the interpreter exits (DESIGN §8).
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaProtocolError
 
 from directory_table.kept import VersionsGone, is_missing_file, oldest_readable
 from directory_table.protocol import UnsupportedFeature, unsupported
+from directory_table.storage import local_rows
 from volume_stream.errors import UnsupportedFeatureError, VolumeStreamError
 
-__all__ = ["check_readable", "readable"]
+__all__ = ["check_readable", "readable", "rows"]
 
 
 @contextmanager
@@ -63,3 +68,12 @@ def check_readable(table: str, path: str, dt: DeltaTable) -> None:
 def _refused(table: str, path: str, features: list[str]) -> UnsupportedFeatureError:
     return UnsupportedFeatureError(
         f"table {table!r}: {UnsupportedFeature(path, features, write=False)}", path, features)
+
+
+def rows(table: str, path: str, dt: DeltaTable) -> pa.Table:
+    """Every row of `dt`'s loaded version (the table's full schema): a local table's read
+    file by file on this thread (`directory_table.storage.local_rows`, which starts no
+    thread), others through delta-rs's dataset."""
+    check_readable(table, path, dt)  # the files hold the rows as they are
+    got = local_rows(dt)
+    return dt.to_pyarrow_dataset().to_table(use_threads=False) if got is None else got

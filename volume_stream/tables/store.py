@@ -55,7 +55,7 @@ from volume_stream.tables._util import plain as _plain
 from volume_stream.tables._util import quote as _quote
 from volume_stream.tables.expressions import deep_stack, to_delta, to_delta_predicate
 from volume_stream.tables.keys import KEY_PROPERTY, check_key, key_columns, parse_key
-from volume_stream.tables.readable import check_readable, readable
+from volume_stream.tables.readable import check_readable, readable, rows
 from volume_stream.tables.types import arrow_type, conform, sql_type
 from volume_stream.warehouse import check_name
 from volume_stream.warehouse.location import Location, storage_error
@@ -286,7 +286,7 @@ class TableStore:
             if version is not None:
                 dt.load_as_version(version)
             with readable(name, self.path(name), dt):
-                table = dt.to_pyarrow_dataset().to_table(use_threads=False)
+                table = rows(name, self.path(name), dt)  # local: starts no thread
         if not hidden:
             table = table.select([c for c in table.column_names if c not in HIDDEN])
         return _plain(table)

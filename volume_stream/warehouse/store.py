@@ -29,6 +29,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from connectors.errors import CredentialsError, is_transient
 from directory_table.files import CommitLog
 from directory_table.roles import generation
+from directory_table.storage import local_rows
 from volume_stream.errors import (
     ConfigError,
     InvalidInputError,
@@ -230,10 +231,14 @@ class Warehouse:
         """The state at `dt`'s version (decoded once per version), as a fresh copy."""
         version = dt.version()
         if self._state is None or self._state[0] != version:
-            # Scans over delta-rs's filesystem handler are single-threaded everywhere: with
-            # pyarrow's scan threads, deltalake 1.6.6 + pyarrow 25/26 abort the process at
-            # interpreter exit ("terminate called without an active exception") in ~60% of runs
-            rows = dt.to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
+            # a local catalog is read file by file on this thread (`local_rows`: no thread left
+            # to race the interpreter's exit, DESIGN §8); scans over delta-rs's filesystem
+            # handler are single-threaded everywhere: with pyarrow's scan threads, deltalake
+            # 1.6.6 + pyarrow 25/26 aborted the process at interpreter exit in ~60% of runs
+            table = local_rows(dt)
+            if table is None:
+                table = dt.to_pyarrow_dataset().to_table(use_threads=False)
+            rows = table.to_pylist()
             self._state = (version, {(r["kind"], r["name"]): r["spec"] for r in rows})
         return {key: json.loads(spec) for key, spec in self._state[1].items()}
 

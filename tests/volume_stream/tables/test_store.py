@@ -174,5 +174,36 @@ def test_second_process_in_another_directory_sees_the_table(store, tmp_path):
     assert list(other.iterdir()) == []
 
 
+_THREADS = """
+import os, sys
+from deltalake import DeltaTable
+from volume_stream.tables import TableStore
+
+def threads():  # but delta-rs's runtime's: its blocking pool grows and shrinks on its own
+    names = (open(f"/proc/self/task/{t}/comm").read().strip()
+             for t in os.listdir("/proc/self/task"))
+    return sorted(n for n in names if not n.startswith("tokio-"))
+
+s = TableStore(sys.argv[1])
+s.open("t")  # delta-rs's runtime starts here, with its workers
+before = threads()
+rows = sorted(s.snapshot("t").to_pylist(), key=lambda r: r["id"])
+print(rows, before == threads(), before, threads())
+"""
+
+
+def test_a_snapshot_read_starts_no_thread(store, tmp_path):
+    # the read itself leaves nothing running for the interpreter's exit to race with: it used
+    # to go through delta-rs's dataset, whose Python-backed filesystem Arrow's I/O threads call
+    # (taking the GIL), and a child exiting right after such a read died of SIGABRT (issue 34).
+    # delta-rs's own runtime threads run no Python; they are there before the read already
+    store.insert("t", people([1, 2], ["a", "b"], [2, 3]))
+    store.insert("t", people([3], ["c"], [4]))
+    out = subprocess.run([sys.executable, "-c", _THREADS, str(tmp_path / "tables")],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("[{'id': 1, 'name': 'a', 'age': 2}, {'id': 2, 'name': 'b', 'age': 3}, "
+                          "{'id': 3, 'name': 'c', 'age': 4}] True"), out
+
+
 def test_errors_are_volume_stream_errors():
     assert issubclass(InvalidInputError, VolumeStreamError)
