@@ -388,8 +388,10 @@ def test_eventbridge_wrapped_events(cat, aws_env):
 def test_malformed_messages_are_counted_and_left_to_the_redrive_policy(cat, aws_env, caplog):
     dlq = make_rig(aws_env, notify=False)
     dlq_arn = queue_arn(dlq)
+    # long enough that one watch (a Spark-free commit, but on a busy machine) ends before the
+    # malformed messages it received become visible again
     rig = make_rig(aws_env, queue_attributes={
-        "VisibilityTimeout": "1",
+        "VisibilityTimeout": "5",
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"})})
     rig.purge()
     add_volume(cat, rig)
@@ -408,13 +410,13 @@ def test_malformed_messages_are_counted_and_left_to_the_redrive_policy(cat, aws_
     assert all(i in caplog.text for i in ids)
     assert queue_counts(rig) == (0, 4)  # received, not deleted: in flight
     # they come back after the visibility timeout; the listener keeps going
-    assert wait_until(lambda: queue_counts(rig) == (4, 0), timeout=10)
+    assert wait_until(lambda: queue_counts(rig) == (4, 0), timeout=30)
     rig.put("in/ok2.txt", b"ok2")
     m = watch(cat)
     assert (m.malformed, m.applied, m.versions) == (4, 1, [2])
     assert files(cat) == {"ok.txt": 2, "ok2.txt": 3}
     # received twice (maxReceiveCount): the next receive moves them to the dead-letter queue
-    assert wait_until(lambda: queue_counts(rig) == (4, 0), timeout=10)
+    assert wait_until(lambda: queue_counts(rig) == (4, 0), timeout=30)
     m = watch(cat)
     assert (m.malformed, m.received, m.versions) == (0, 0, [])
     assert queue_counts(rig) == (0, 0)
