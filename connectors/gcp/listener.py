@@ -33,8 +33,10 @@ __all__ = ["PubSubListener"]
 logger = logging.getLogger("connectors.pubsub")
 
 
-#: how long a drain's Pull waits for more of a backlog
-_SHORT_WAIT_S = 0.5
+#: the deadline of a Pull that should not wait (a drain's, a group commit's "anything more?"):
+#: Pub/Sub holds a Pull open until a message comes or its deadline passes, and its
+#: `return_immediately` is deprecated; an answer with messages comes well within this
+_SHORT_WAIT_S = 0.1
 
 
 def _check_subscription(name: str) -> str:
