@@ -25,6 +25,7 @@ summary goes to `.bench/results.json`.
                  adds to a busy daemon (< 5%)
     interop      1k changes read vs Delta Spark's readChangeFeed at 10M rows; a 10-event
                  commit vs a Spark Delta MERGE of the same rows
+    predicates   DELETE with a 2.5k-20k-term OR of equalities vs the same IN list (<= 5 s)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -41,6 +42,7 @@ from benchmarks import (
     filesize,
     interop,
     inventory,
+    predicates,
     scale,
     shards,
     status,
@@ -52,7 +54,7 @@ from benchmarks import (
 
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, scale, sustain, stream_read, shards, discovery,
-                                  bench_latency, backfill, bench_sqs, bench_pipeline, tables, cli,
+                                  bench_latency, backfill, bench_sqs, bench_pipeline, tables, predicates, cli,
                                   warehouse, inventory, filesize, status, interop)}
 
 __all__ = ["BENCHMARKS"]

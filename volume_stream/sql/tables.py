@@ -25,9 +25,10 @@ from sqlglot import exp
 
 from volume_stream.errors import InvalidInputError, NotFoundError, SqlError
 from volume_stream.sql import dml as _sql_dml
-from volume_stream.sql.lexer import Statement, split
+from volume_stream.sql.lexer import WORD, Statement, split
 from volume_stream.sql.result import SqlResult
 from volume_stream.tables import Column, MergeClause, TableStore
+from volume_stream.tables.functions import UnsupportedFunction
 
 __all__ = ["run"]
 
@@ -296,9 +297,12 @@ def _merge(catalog, statement: Statement, tree: exp.Merge, name: str,
     def write(df) -> str:
         version, m = store.merge(name, df.toArrow(), tree.args["on"], clauses,
                                  target_alias=target_alias, source_alias=source_alias)
-        return (f"merged into {name} (version {version}): {m.get('num_target_rows_inserted', 0)}"
-                f" inserted, {m.get('num_target_rows_updated', 0)} updated, "
-                f"{m.get('num_target_rows_deleted', 0)} deleted")
+        counts = [m.get(f"num_target_rows_{k}", 0) for k in ("inserted", "updated", "deleted")]
+        if not any(counts):
+            return f"merged into {name}: no row inserted, updated or deleted ({name} is at " \
+                   f"version {version})"
+        return (f"merged into {name} (version {version}): {counts[0]} inserted, {counts[1]} "
+                f"updated, {counts[2]} deleted")
 
     return _query(catalog, statement, udfs, query, "MERGE", write)
 
@@ -320,6 +324,29 @@ def _show(statement: Statement, store: TableStore) -> SqlResult:
                      "path": info["path"]})
     return _result(statement, "SHOW TABLES", f"{len(rows)} tables", rows,
                    ["name", "columns", "version", "change_tracking", "comment", "path"])
+
+
+def _changed(n: int, verb: str, name: str, version: int) -> str:
+    if n:
+        return f"{n} rows {verb} {name} (version {version})"
+    return f"0 rows {verb} {name}: no row matched, nothing was committed ({name} stays at " \
+           f"version {version})"
+
+
+@contextmanager
+def _function_located(statement: Statement) -> Iterator[None]:
+    """A function UPDATE / DELETE / MERGE cannot call, located at its name in the script."""
+    try:
+        yield
+    except UnsupportedFunction as exc:
+        for i, token in enumerate(statement.tokens[:-1]):
+            if token.kind == WORD and token.value.lower() in exc.spellings \
+                    and statement.tokens[i + 1].text == "(":
+                said = str(exc).replace(f"function {exc.function}()", f"function {token.value}()")
+                raise SqlError(f"line {token.line}, column {token.column}: {said}", token.line,
+                               token.column) from exc
+        raise SqlError(f"statement at line {statement.line}: {exc}", statement.line,
+                       statement.column) from exc
 
 
 def run(catalog, statement: Statement, udfs: set[str], *,
@@ -359,13 +386,14 @@ def run(catalog, statement: Statement, udfs: set[str], *,
             if isinstance(tree, exp.Insert):
                 return _insert(catalog, statement, tree, name, udfs)
             if isinstance(tree, exp.Merge):
-                return _merge(catalog, statement, tree, name, udfs)
-            if isinstance(tree, exp.Update):
-                version, n = store.update(name, _assignments(tree.expressions), _where(tree))
-                return _result(statement, "UPDATE", f"{n} rows updated in {name} "
-                                                    f"(version {version})")
-            version, n = store.delete(name, _where(tree))
-            return _result(statement, "DELETE", f"{n} rows deleted from {name} "
-                                                f"(version {version})")
+                with _function_located(statement):
+                    return _merge(catalog, statement, tree, name, udfs)
+            with _function_located(statement):
+                if isinstance(tree, exp.Update):
+                    version, n = store.update(name, _assignments(tree.expressions),
+                                              _where(tree))
+                    return _result(statement, "UPDATE", _changed(n, "updated in", name, version))
+                version, n = store.delete(name, _where(tree))
+                return _result(statement, "DELETE", _changed(n, "deleted from", name, version))
     with _table_views(catalog, tree) as views:  # a query reading them is computed while
         return _sql_dml.run(catalog, statement, udfs, materialize=bool(views))  # they exist
