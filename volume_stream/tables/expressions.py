@@ -24,6 +24,12 @@ These rules make a translated predicate safe to hand to a DELETE or UPDATE (DESI
   such predicates are wrapped in `COALESCE(p, CAST(NULL AS BOOLEAN))` (`_opaque`).
 - **Keyword predicates grouped.** `IS [NOT] DISTINCT FROM`, `IS`, `LIKE`, `ILIKE`, `BETWEEN`
   go out in parentheses: DataFusion read `a <=> b AND c` as `a <=> (b AND c)` (`_grouped`).
+- **ORed equalities as IN lists.** `x = 1 OR x = 2 OR ...` on one operand goes out as
+  `x IN (1, 2, ...)` (ANDed `<>` as NOT IN), the same truth values: 20,000 equalities took
+  27.7 s, the IN list a fraction of it (`_in_lists`).
+- **Known functions only.** Only the functions of `tables.functions` (those delta-rs computes
+  as Spark does and can write back to its log), in their DataFusion form; any other is an
+  `UnsupportedFunction` naming it.
 
     to_delta("id = 1 OR name = 'x'")     # -> '"id" = 1 OR "name" = \\'x\\''
     to_delta_predicate("name = NULL")    # -> '("name" = NULL) IS TRUE'
