@@ -32,6 +32,7 @@ summary goes to `.bench/results.json`.
     interop      1k changes read vs Delta Spark's readChangeFeed at 10M rows; a 10-event
                  commit vs a Spark Delta MERGE of the same rows
     deltalog     our log replay and checkpoint writer vs delta-rs's at 5k files + 100 commits
+    predicates   DELETE with a 2.5k-20k-term OR of equalities vs the same IN list (<= 5 s)
 
 To add one: a module with `NAME`, `TITLE` and `run(ctx: Context)` that reports through
 `ctx.report` (`benchmarks._report`), listed in `BENCHMARKS` below.
@@ -52,6 +53,7 @@ from benchmarks import (
     inventory,
     keyindex,
     mor,
+    predicates,
     scale,
     shards,
     status,
@@ -64,7 +66,7 @@ from benchmarks import (
 #: in run order: the cheap, Spark-free one first
 BENCHMARKS = {m.NAME: m for m in (apply, deltalog, scale, mor, keyindex, sustain, stream_read,
                                   shards, discovery, bench_latency, bench_azure, backfill,
-                                  bench_sqs, bench_pipeline, tables, cli, warehouse, inventory,
-                                  filesize, status, interop)}
+                                  bench_sqs, bench_pipeline, tables, predicates, cli, warehouse,
+                                  inventory, filesize, status, interop)}
 
 __all__ = ["BENCHMARKS"]

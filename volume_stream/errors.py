@@ -95,6 +95,17 @@ class NotFoundError(VolumeStreamError, LookupError):
         super().__init__(f"{kind} {name!r} does not exist (existing {kind}s: {shown})")
         self.kind, self.name, self.existing = kind, name, existing
 
+    @classmethod
+    def orphaned(cls, kind: str, name: str, stream: str, existing: Iterable[str] = ()
+                 ) -> NotFoundError:
+        """The error of stream `stream` whose `kind` `name` was dropped, or dropped and made
+        again (a new one of that name is not the one the stream read)."""
+        exc = cls(kind, name, existing)
+        exc.args = (f"stream {stream!r}: its {kind} {name!r} was dropped or replaced after the "
+                    f"stream was created; recreate the stream (existing {kind}s: "
+                    f"{', '.join(exc.existing) or 'none'})",)
+        return exc
+
 
 class AlreadyExistsError(VolumeStreamError):
     def __init__(self, kind: str, name: str):

@@ -129,6 +129,7 @@ def test_config_check_refuses_unknown_volume_options(tmp_path):
 
 
 def test_sql_analysis_errors_print_one_line_not_sparks_log(tmp_path):
+    vs.connect(tmp_path / "wh")  # SELECT only reads: it needs a warehouse
     proc = cli("sql", "-e", "SELECT * FROM nosuch", "--warehouse", str(tmp_path / "wh"))
     assert proc.returncode == 1
     assert "table 'nosuch' does not exist" in proc.stderr

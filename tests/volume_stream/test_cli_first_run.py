@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import volume_stream as vs
+
 SCRIPT = str(Path(sys.executable).parent / "volume-stream")
 
 
@@ -30,6 +32,7 @@ def cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProc
     ("stream", "describe", "x"),
     ("volume", "refresh", "landing"),
     ("watch", "landing", "--until-idle"),
+    ("sql", "-e", "SHOW TABLES; SELECT 1"),
 ])
 def test_read_only_commands_create_no_warehouse(tmp_path, args):
     proc = cli(*args, cwd=tmp_path)
@@ -91,6 +94,7 @@ def test_sql_udfs_load_from_the_current_and_the_script_folder(tmp_path):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "helpers.py").write_text("def twice(text):\n    return text * 2\n")
     (tmp_path / "jobs" / "q.sql").write_text("SELECT shout('hi') AS a, twice('ho') AS b;\n")
+    vs.connect(tmp_path / "warehouse")  # a script that only reads needs a warehouse
     proc = cli("sql", "jobs/q.sql", "--json", "--udf", "shout=my_udfs:shout",
                "--udf", "twice=helpers:twice", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

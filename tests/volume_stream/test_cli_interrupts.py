@@ -35,6 +35,7 @@ def _free_port() -> int:
 
 
 def test_a_missing_spark_connect_server_is_reported_at_once(tmp_path):
+    vs.connect(tmp_path / "wh")  # SELECT only reads: it needs a warehouse
     port = _free_port()  # nothing listens there
     proc = subprocess.run([CLI, "sql", "--warehouse", str(tmp_path / "wh"), "--remote",
                            f"sc://127.0.0.1:{port}", "-e", "SELECT 1"], capture_output=True,
@@ -46,6 +47,7 @@ def test_a_missing_spark_connect_server_is_reported_at_once(tmp_path):
 
 def test_a_silent_spark_connect_server_times_out(tmp_path):
     """A port that accepts connections but never answers: --connect-timeout bounds the wait."""
+    vs.connect(tmp_path / "wh")  # SELECT only reads: it needs a warehouse
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
@@ -60,6 +62,7 @@ def test_a_silent_spark_connect_server_times_out(tmp_path):
 
 
 def test_ctrl_c_while_connecting_stops_at_once(tmp_path):
+    vs.connect(tmp_path / "wh")  # SELECT only reads: it needs a warehouse
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)

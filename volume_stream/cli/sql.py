@@ -6,8 +6,9 @@
     volume-stream sql                     # an interactive prompt when stdin is a terminal
 
 Statements run one by one and each result is printed as it completes (a table, or JSON lines
-with --json). A script stops at its first error, which is printed with its line and column, and
-the command exits with status 1; the interactive prompt reports the error and carries on.
+with --json). A script is parsed whole first (a syntax error anywhere runs none of it), then
+stops at its first error, which is printed with its line and column, and the command exits
+with status 1; the interactive prompt reports the error and carries on.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from volume_stream._spark import remote_url
 from volume_stream.cli._common import (
     Interrupted,
     Warehouse,
+    discard_new_warehouses,
     err,
     out,
     print_rows,
@@ -34,7 +36,7 @@ from volume_stream.cli._common import (
 )
 from volume_stream.cli._common import catalog as open_catalog
 from volume_stream.errors import InvalidInputError, SqlError, VolumeStreamError
-from volume_stream.sql import register_udf_lazily, run_statement, statements
+from volume_stream.sql import check_script, register_udf_lazily, run_statement, statements
 from volume_stream.sql.dml import summary
 from volume_stream.sql.lexer import QUOTED, WORD, Statement, is_complete
 from volume_stream.sql.result import counted
@@ -125,15 +127,19 @@ def run_text(catalog, text: str, *, as_json: bool = False, limit: int = 1000) ->
         >>> run_text(cat, "SHOW VOLUMES; SHOW STREAMS", as_json=True)
     """
 
-    for statement in statements(text):  # the whole script is split (checked) first
-        if [t.upper for t in statement.tokens] == ["HELP"]:
+    script = [(s, [t.upper for t in s.tokens] == ["HELP"]) for s in statements(text)]
+    trees = check_script(catalog, [s for s, is_help in script if not is_help])  # runs nothing
+    for statement, is_help in script:
+        if is_help:
             out.print(SQL_HELP, markup=False, highlight=False)
             continue
         with _offsets_on_interrupt(catalog, statement):
-            _print(run_statement(catalog, statement), as_json, limit)
+            _print(run_statement(catalog, statement, tree=trees.pop(0)), as_json, limit)
 
 
 _MOVES_OFFSETS = {"INSERT", "CREATE", "MERGE", "UPDATE", "DELETE"}
+#: first words of statements that only read (they never create the warehouse)
+_READS = {"SHOW", "SELECT", "DESCRIBE", "DESC", "EXPLAIN", "VALUES", "TABLE", "HELP"}
 
 
 @contextmanager
@@ -267,12 +273,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter("--connect-timeout must be more than 0 seconds")
             os.environ["VOLUME_STREAM_CONNECT_TIMEOUT"] = str(connect_timeout)
         try:
-            # DDL may create things
-            catalog = open_catalog(warehouse, create=True, remote=remote_url(remote))
-            for spec in udf or []:
-                name, fn, return_type = load_udf(
-                    spec, [file.parent] if file is not None and str(file) != "-" else [])
-                register_udf_lazily(catalog, name, fn, return_type)
+            text: str | None = None
             if execute is not None:
                 text = execute
             elif file is not None and str(file) != "-":
@@ -281,10 +282,21 @@ def register(app: typer.Typer) -> None:
                 except OSError as exc:
                     raise InvalidInputError(f"cannot read {file}: {exc.strerror}") from exc
             elif file is None and sys.stdin.isatty():
-                failures = repl(catalog, input, as_json=as_json, limit=limit)
-                raise typer.Exit(1 if failures else 0)
+                text = None  # the prompt
             else:
                 text = sys.stdin.read()
+            # a script that may create things creates the warehouse; one that only reads
+            # (SHOW, SELECT, DESCRIBE...) needs one: a mistyped --warehouse is an error
+            create = text is None or not all(s.keyword in _READS for s in statements(text))
+            catalog = open_catalog(warehouse, create=create, remote=remote_url(remote))
+            for spec in udf or []:
+                name, fn, return_type = load_udf(
+                    spec, [file.parent] if file is not None and str(file) != "-" else [])
+                register_udf_lazily(catalog, name, fn, return_type)
+            if text is None:
+                failures = repl(catalog, input, as_json=as_json, limit=limit)
+                discard_new_warehouses()  # a prompt that made nothing leaves no warehouse
+                raise typer.Exit(1 if failures else 0)
             run_text(catalog, text, as_json=as_json, limit=limit)
         except VolumeStreamError as exc:
             _report(exc)

@@ -44,6 +44,28 @@ __all__ = ["Pipeline"]
 log = logging.getLogger("volume_stream.pipeline")
 
 
+def _refuse_registered(catalog: Any, target: str, uri: str) -> None:
+    """A target (or errors table) at `<warehouse>/tables/<name>` of a registered table would
+    be written beside its pointer, unseen by SELECT and deleted by DROP TABLE: registered
+    tables are read-only everywhere (`tables.registered`)."""
+    tables = catalog.tables
+    folder, _, name = uri.rstrip("/").rpartition("/")
+    if "://" not in uri:
+        folder, name = os.path.dirname(os.path.realpath(uri)), os.path.basename(uri)
+        same = folder == os.path.realpath(tables.root) if tables.location.is_local else False
+    else:
+        same = folder == tables.root
+    try:
+        registered = same and tables.registration(name) is not None
+    except InvalidInputError:  # not a table's name: no table is there
+        registered = False
+    if registered:
+        raise InvalidInputError(
+            f"pipeline target {target!r}: {uri} is table {name!r}, registered from "
+            f"{tables.path(name)}; volume-stream only reads registered tables (their owner "
+            f"writes them); give the pipeline another target")
+
+
 class Pipeline:
     """A per-file UDF over a stream, writing to a Delta target; made by `Catalog.pipeline`.
 
@@ -97,6 +119,8 @@ class Pipeline:
                     f"target {where} is inside volume {volume.name!r} ({root}): its files would "
                     f"come back as changes of the stream; put the target elsewhere")
         self.errors_uri = self.target_uri.rstrip("/") + "_errors"
+        for uri in (self.target_uri, self.errors_uri):
+            _refuse_registered(catalog, target, uri)
         #: an object-store target uses the warehouse's storage options (same store)
         self.storage_options: dict[str, str] = (
             catalog.warehouse.storage_options if "://" in self.target_uri else {})

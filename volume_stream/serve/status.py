@@ -294,6 +294,8 @@ class StatusSource:
                                oldest_version=info.get("oldest_version"),
                                pending_changes=info.get("pending_changes"),
                                stale=bool(info.get("stale")), pinned_end=info.get("pinned_end"))
+                    if info.get("latest_version") is None and info.get("stale_reason"):
+                        row["error"] = info["stale_reason"]  # its volume or table is gone
                 else:
                     if spec["volume"] not in specs:
                         specs[spec["volume"]] = VolumeSpec.from_dict(volume)

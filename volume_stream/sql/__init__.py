@@ -14,6 +14,8 @@
 from volume_stream.errors import SqlError, SqlSyntaxError
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.runner import (
+    check_script,
+    check_statement,
     register_udf,
     register_udf_lazily,
     run_script,
@@ -27,6 +29,8 @@ __all__ = [
     "SqlError",
     "SqlResult",
     "SqlSyntaxError",
+    "check_script",
+    "check_statement",
     "register_udf",
     "register_udf_lazily",
     "registered_udfs",

@@ -44,13 +44,14 @@ from volume_stream.sql.lexer import QUOTED, WORD, Statement, position
 from volume_stream.sql.result import SqlResult
 from volume_stream.sql.udfs import registered_udfs
 
-__all__ = ["Analysis", "analyze", "run", "summary"]
+__all__ = ["VIEW_PREFIX", "Analysis", "analyze", "run", "summary"]
 
 _SPARK = Dialect.get_or_raise("spark")
 _WRITES = (exp.Insert, exp.Merge, exp.Update, exp.Delete)
 _READS = (exp.Select, exp.SetOperation, exp.Subquery, exp.Describe, exp.Values)
 _NO_TABLES = (exp.Use, exp.Set, exp.Command)
-_VIEW_PREFIX = "__vs_"
+#: the start of the temp views made here and in `sql.tables` (never a user's name)
+VIEW_PREFIX = "__vs_"
 _LINE_POS = re.compile(r"\(line (\d+), pos (\d+)\)")
 
 
@@ -62,6 +63,7 @@ class Analysis:
     label: str                                 # "SELECT", "INSERT", "CREATE TABLE", ...
     streams: dict[str, str] = field(default_factory=dict)   # stream name -> its view
     edits: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, new text)
+    tables: dict[str, str] = field(default_factory=dict)    # warehouse table -> its view
 
     def text(self, original: str) -> str:
         out, last = [], 0
@@ -139,13 +141,17 @@ def _token_scan(statement: Statement, streams: dict[str, str]) -> list[str]:
 
 
 def analyze(statement: Statement, streams: dict[str, str], udfs: set[str],
-            spark_parse: Callable[[str], None] | None = None) -> Analysis:
+            spark_parse: Callable[[str], None] | None = None,
+            tables: dict[str, str] | None = None) -> Analysis:
     """Find the streams a statement reads and the edits it needs.
 
     `streams` maps lower-cased stream names to their stored names; `udfs` holds lower-cased
     names of registered Python UDFs. `spark_parse`, when given, is asked to parse a statement
     sqlglot could not, so a syntax error is reported by Spark with its line and column.
+    `tables` maps lower-cased warehouse table names to the temp views that hold their rows
+    (`sql.tables`): each reference is edited to read its view, as a stream's is.
     """
+    tables = tables or {}
     text = statement.text
     edits = _token_edits(text, udfs)
     try:
@@ -173,19 +179,29 @@ def analyze(statement: Statement, streams: dict[str, str], udfs: set[str],
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     targets = _targets(tree)
     found: dict[str, str] = {}
+    found_tables: dict[str, str] = {}
     for table in tree.find_all(exp.Table):
         ident = table.this
         if (not isinstance(ident, exp.Identifier) or table.args.get("db")
                 or table.args.get("catalog")):
             continue
         name = streams.get(ident.name.lower())
-        if name is None or ident.name.lower() in ctes:
+        if ident.name.lower() in ctes:
+            continue
+        if name is None:
+            view = tables.get(ident.name.lower())
+            if view is not None and id(table) not in targets:
+                start, end = ident.meta["start"], ident.meta["end"] + 1
+                plain = table.alias or isinstance(tree, exp.Describe)
+                edits.append((start, end, f"`{view}`" if plain else
+                              f"`{view}` AS `{ident.name}`"))
+                found_tables[ident.name] = view
             continue
         if id(table) in targets:
             raise InvalidInputError(f"{name!r} is a stream and streams are read-only (line "
                                     f"{statement.line}); to write a table of that name, qualify "
                                     f"it (database.{ident.name})")
-        view = found.setdefault(name, f"{_VIEW_PREFIX}{secrets.token_hex(4)}_{name}")
+        view = found.setdefault(name, f"{VIEW_PREFIX}{secrets.token_hex(4)}_{name}")
         start, end = ident.meta["start"], ident.meta["end"] + 1
         plain = table.alias or isinstance(tree, exp.Describe)
         edits.append((start, end, f"`{view}`" if plain else f"`{view}` AS `{ident.name}`"))
@@ -202,7 +218,7 @@ def analyze(statement: Statement, streams: dict[str, str], udfs: set[str],
                 f"a {label} statement cannot read streams (line {statement.line}): a view or "
                 f"cache over a stream would outlive the statement's pinned range; read the "
                 f"stream in a SELECT, INSERT or CREATE TABLE ... AS SELECT")
-    return Analysis(kind, label, found, edits)
+    return Analysis(kind, label, found, edits, found_tables)
 
 
 # ---------------------------------------------------------------------- errors
@@ -235,7 +251,7 @@ def _script_offset(statement: Statement, analysis: Analysis, line: int, col0: in
 
 
 def _clean(message: str, analysis: Analysis) -> str:
-    for name, view in analysis.streams.items():
+    for name, view in [*analysis.streams.items(), *analysis.tables.items()]:
         message = message.replace(f"`{view}`", f"`{name}`").replace(view, name)
     return message
 
@@ -272,7 +288,7 @@ def _convert(exc: Exception, catalog, statement: Statement, analysis: Analysis) 
         if condition == "TABLE_OR_VIEW_NOT_FOUND":
             name = params.get("relationName", "?").replace("`", "")
             tables = [t.name for t in catalog.spark.catalog.listTables()
-                      if not t.name.startswith(_VIEW_PREFIX)] + catalog.tables.names()
+                      if not t.name.startswith(VIEW_PREFIX)] + catalog.tables.names()
             streams = [f"{s['name']} (stream)" for s in catalog.list_streams()]
             return NotFoundError("table", name, tables + streams)
         if condition == "UNRESOLVED_ROUTINE":
@@ -334,7 +350,8 @@ def _spark_parser(catalog, statement: Statement, edits: list) -> Callable[[str],
 
 def run(catalog, statement: Statement, udfs: set[str], *,
         write: Callable[[object], str] | None = None, label: str | None = None,
-        before_spark: Callable[[], None] | None = None, materialize: bool = False) -> SqlResult:
+        before_spark: Callable[[], None] | None = None, materialize: bool = False,
+        tables: dict[str, str] | None = None) -> SqlResult:
     """Run one Spark SQL statement with its streams pinned; move offsets only on success.
 
     With `write` (a query feeding a warehouse-table write, `volume_stream.sql.tables`), the
@@ -344,11 +361,13 @@ def run(catalog, statement: Statement, udfs: set[str], *,
     The statement is analysed (and a syntax error reported) before Spark is asked for;
     `before_spark` runs just before (the CLI registers its deferred UDFs there).
     `materialize`: the statement reads temp views its caller drops when this returns (warehouse
-    tables): on Spark Connect, which resolves names at each use, the result is computed now.
+    tables, `tables`: lower-cased name -> view): on Spark Connect, which resolves names at
+    each use, the result is computed now.
     """
     streams = {s["name"].lower(): s["name"] for s in catalog.list_streams()}
     analysis = analyze(statement, streams, udfs,
-                       _spark_parser(catalog, statement, _token_edits(statement.text, udfs)))
+                       _spark_parser(catalog, statement, _token_edits(statement.text, udfs)),
+                       tables)
     if write is not None:
         analysis.kind, analysis.label = "write", label or analysis.label
     result = SqlResult(analysis.label, text=statement.text, line=statement.line)

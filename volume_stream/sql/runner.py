@@ -1,8 +1,9 @@
 """The SQL front door (DESIGN §8): the seed's DDL for connections, volumes and streams, and Spark
 SQL over streams, through `Catalog.sql(text)` and `volume-stream sql`.
 
-A script is split on ';' (strings and `--` / `/* */` comments respected) and its statements
-run in order; the first failure stops it, naming the line and column. DDL (`CREATE STORAGE
+A script is split on ';' (strings and `--` / `/* */` comments respected) and every statement
+is parsed before any runs (a syntax error anywhere runs nothing); then they run in order, and
+the first failure stops it, naming the line and column. DDL (`CREATE STORAGE
 CONNECTION`, `CREATE EXTERNAL VOLUME`, `CREATE STREAM ... ON VOLUME`, `ALTER VOLUME ...
 REFRESH`, `DROP`, `SHOW`, `DESCRIBE`) runs against the catalog without starting Spark. Every
 other statement runs in Spark SQL with each stream it names visible as its pending changes,
@@ -27,11 +28,14 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sqlglot import exp
+
 from volume_stream._spark import is_connect
 from volume_stream.errors import InvalidInputError, SqlSyntaxError, VolumeStreamError
 from volume_stream.sql import ddl, ddl_exec, syntax, tables
 from volume_stream.sql.lexer import OP, Statement, split
 from volume_stream.sql.result import SqlResult
+from volume_stream.sql.statements import CreateStream
 from volume_stream.sql.udfs import PENDING as _PENDING
 from volume_stream.sql.udfs import UDFS as _UDFS
 from volume_stream.tables.expressions import MAX_NESTING
@@ -39,8 +43,8 @@ from volume_stream.tables.expressions import MAX_NESTING
 #: the Catalog (volume_stream.catalog) this runs against; only its public methods are used
 Catalog = Any
 
-__all__ = ["register_udf", "register_udf_lazily", "run_script", "run_sql", "run_statement",
-           "statements"]
+__all__ = ["check_script", "check_statement", "register_udf", "register_udf_lazily", "run_script",
+           "run_sql", "run_statement", "statements"]
 
 _UDF_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -57,30 +61,75 @@ def statements(text: str) -> list[Statement]:
     return split(text)
 
 
-def run_statement(catalog: Catalog, statement: Statement) -> SqlResult:
-    """Run one statement (DDL against the catalog, anything else in Spark SQL).
+def check_statement(catalog: Catalog, statement: Statement, made: set[str] | None = None
+                    ) -> Any:
+    """Raise the statement's syntax error, running nothing; return what the statement parsed
+    to for `run_statement(tree=...)` (our DDL's dataclass, a sqlglot tree, or None where
+    only Spark's parser reads it).
+
+    Our DDL is read by our parser. Anything else is read by sqlglot; where sqlglot cannot,
+    it is a syntax error while Spark is not running (its verdict is final then: no Spark is
+    started to say it) or when the statement names a warehouse table or stream (finding them
+    needs sqlglot's tree; `made`: lower-cased names earlier statements of its script create),
+    and otherwise Spark's own parser judges (a local session; on Spark Connect, when it
+    runs)."""
+    parsed = ddl.parse(statement)
+    if parsed is not None:
+        return parsed
+    _check_nesting(statement)
+    syntax.check(statement)
+    return tables.parse_checked(catalog, statement, made or set())
+
+
+def check_script(catalog: Catalog, script: list[Statement]) -> list[Any]:
+    """`check_statement` of every statement of a script, before any of it runs: a syntax
+    error in its tenth statement is reported with nothing run."""
+    made: set[str] = set()
+    out = []
+    for statement in script:
+        out.append(check_statement(catalog, statement, made))
+        made |= _created(out[-1])
+    return out
+
+
+def _created(parsed: Any) -> set[str]:
+    """The lower-cased name of the table or stream a checked statement creates, if any."""
+    if isinstance(parsed, CreateStream):
+        return {parsed.name.lower()}
+    target = parsed.this if isinstance(parsed, exp.Create) else None
+    target = target.this if isinstance(target, exp.Schema) else target
+    return {target.name.lower()} if isinstance(target, exp.Table) else set()
+
+
+_UNCHECKED = object()
+
+
+def run_statement(catalog: Catalog, statement: Statement, *, tree: Any = _UNCHECKED
+                  ) -> SqlResult:
+    """Run one statement (DDL against the catalog, anything else in Spark SQL). `tree`: what
+    `check_statement` returned for it (then it is not checked again).
 
     Example:
         >>> (first,) = statements("SHOW STREAMS")
         >>> run_statement(cat, first).rows
         []
     """
-    parsed = ddl.parse(statement)
-    if parsed is not None:
+    if tree is _UNCHECKED:
+        tree = check_statement(catalog, statement)
+    if not isinstance(tree, exp.Expression | None):
         try:
-            return ddl_exec.execute(catalog, parsed, statement)
+            return ddl_exec.execute(catalog, tree, statement)
         except VolumeStreamError as exc:
             if exc.advice and "sql" in exc.advice:
                 exc.args = (exc.message("sql"),)  # SQL advice for SQL ("CREATE OR REPLACE")
             raise
-    _check_nesting(statement)
-    _check_syntax(catalog, statement)
     if getattr(catalog, "spark_started", True):
         _flush_pending(catalog)
         udfs = set(_UDFS.get(catalog.spark, {}))
     else:  # Spark starts only if the statement parses (dml.run): syntax errors come first
         udfs = {name.lower() for name, _, _ in _PENDING.get(catalog, [])}
-    return tables.run(catalog, statement, udfs, before_spark=lambda: _flush_pending(catalog))
+    return tables.run(catalog, statement, udfs, before_spark=lambda: _flush_pending(catalog),
+                      tree=tree)
 
 
 def _check_nesting(statement: Statement) -> None:
@@ -98,15 +147,6 @@ def _check_nesting(statement: Statement) -> None:
             depth -= 1
 
 
-def _check_syntax(catalog: Catalog, statement: Statement) -> None:
-    """Refuse what is plainly not SQL, and (before Spark runs, when sqlglot's verdict is final)
-    what sqlglot cannot parse, in our words: no Spark is started to say it."""
-    syntax.check(statement)
-    if getattr(catalog, "spark_started", True):
-        return  # Spark's own parser judges what sqlglot cannot read
-    syntax.check_parses(statement)
-
-
 def _flush_pending(catalog: Catalog) -> None:
     for name, fn, return_type in _PENDING.pop(catalog, []):
         register_udf(catalog, name, fn, return_type)
@@ -115,16 +155,17 @@ def _flush_pending(catalog: Catalog) -> None:
 def run_script(catalog: Catalog, text: str) -> Iterator[SqlResult]:
     """Run a script statement by statement, yielding each result as it completes.
 
-    The whole script is split (and so checked for unterminated strings and comments) before
-    anything runs; then each statement runs when the iterator reaches it, and the first one that
-    fails raises, leaving the later ones unrun.
+    The whole script is split and parsed (`check_script`: a syntax error anywhere in it is
+    raised before anything runs); then each statement runs when the iterator reaches it, and
+    the first one that fails raises, leaving the later ones unrun.
 
     Example:
         >>> for result in run_script(cat, "SHOW VOLUMES; SHOW STREAMS"):
         ...     print(result.message)
     """
-    for statement in statements(text):
-        yield run_statement(catalog, statement)
+    script = statements(text)
+    for statement, tree in zip(script, check_script(catalog, script), strict=True):
+        yield run_statement(catalog, statement, tree=tree)
 
 
 def run_sql(catalog: Catalog, text: str) -> SqlResult:

@@ -11,20 +11,19 @@ a statement that is not our DDL goes on, `check(statement)` refuses, pointing at
 
 `reworded(statement, exc)` turns a sqlglot parse error into a `SqlSyntaxError` saying what was
 expected after which token ("expected a table name after 'FROM', found the end of the
-statement"). Statements these cannot judge go on to sqlglot, and Spark's parser has the last
-word once Spark runs.
+statement"; `sql.tables.parse_checked` raises it). Statements these cannot judge go on to
+sqlglot, and Spark's parser has the last word once Spark runs.
 """
 
 from __future__ import annotations
 
 import difflib
-import logging
 import re
 
 from volume_stream.errors import SqlSyntaxError
 from volume_stream.sql.lexer import OP, WORD, Statement, Token, position
 
-__all__ = ["STARTERS", "check", "check_parses", "reworded"]
+__all__ = ["STARTERS", "check", "reworded"]
 
 #: the words a Spark SQL (or volume-stream DDL) statement can start with
 STARTERS = frozenset("""
@@ -159,21 +158,3 @@ def reworded(statement: Statement, exc: Exception) -> SqlSyntaxError:
     if "<" in description and ("class" in description or "Token" in description):
         description = "cannot read the statement here"  # sqlglot's internals: not for users
     return _error(statement, description[:1].lower() + description[1:], token)
-
-
-def check_parses(statement: Statement) -> None:
-    """Raise sqlglot's parse error of `statement`, `reworded`. Only where sqlglot's verdict is
-    final (no Spark yet): sqlglot does not know all of Spark's SQL."""
-    import sqlglot  # not at import: only statements that reach Spark SQL need it
-
-    logger = logging.getLogger("sqlglot")  # it warns when it falls back to a Command
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        sqlglot.parse_one(statement.text, read="spark")
-    except sqlglot.errors.ParseError as exc:
-        raise reworded(statement, exc) from exc
-    except sqlglot.errors.SqlglotError:
-        return  # a tokenizer's complaint: left to the statement's own run
-    finally:
-        logger.setLevel(level)

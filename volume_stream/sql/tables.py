@@ -4,8 +4,10 @@ SELECT`, `UPDATE`, `DELETE`, `MERGE INTO ... USING ... WHEN [NOT] MATCHED [AND c
 Delta tables under `<warehouse>/tables/` (`volume_stream.tables`), and SELECT over them in Spark.
 
 An unqualified table name is a warehouse table; `db.name` stays Spark's own. Queries run in Spark
-with each warehouse table they name visible as a temp view of its current files (read as
-Parquet: Spark never needs `format("delta")` nor a metastore). Writes are committed by delta-rs:
+with each warehouse table they name read from a temp view of its current files (read as
+Parquet: Spark never needs `format("delta")` nor a metastore), named `__vs_<random>_<table>`
+and spliced in by `sql.dml` as streams are, so a user's temp view of the same name is never
+touched. Writes are committed by delta-rs:
 the query feeding an INSERT / CTAS / MERGE runs through `sql.dml.run(write=...)`, so streams it
 reads are consumed and their offsets move only when the delta-rs commit succeeded; UPDATE and
 DELETE are translated (sqlglot) and run by delta-rs without Spark.
@@ -16,6 +18,7 @@ DELETE are translated (sqlglot) and run by delta-rs without Spark.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,13 +26,16 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from volume_stream.errors import InvalidInputError, NotFoundError, SqlError
+from volume_stream.errors import InvalidInputError, NotFoundError, SqlError, VolumeStreamError
 from volume_stream.sql import dml as _sql_dml
-from volume_stream.sql.lexer import Statement, split
+from volume_stream.sql import syntax
+from volume_stream.sql.lexer import QUOTED, STRING, WORD, Statement, split
 from volume_stream.sql.result import SqlResult
+from volume_stream.sql.udfs import UDFS
 from volume_stream.tables import Column, MergeClause, TableStore
+from volume_stream.tables.functions import UnsupportedFunction
 
-__all__ = ["run"]
+__all__ = ["parse_checked", "run"]
 
 
 def _parse(text: str) -> exp.Expression | None:
@@ -90,8 +96,10 @@ def _view(catalog, store: TableStore, name: str) -> Any:
 
 
 @contextmanager
-def _table_views(catalog, tree: exp.Expression | None) -> Iterator[list[str]]:
-    """Each warehouse table the statement reads, as a temp view of that name while it runs."""
+def _table_views(catalog, tree: exp.Expression | None) -> Iterator[dict[str, str]]:
+    """Each warehouse table the statement reads as a temp view of a name of its own while it
+    runs ({lower-case name as written: view}; `sql.dml` edits the statement to read them). A
+    view named as the table would replace, then drop, a temp view of the user's of that name."""
     store: TableStore = catalog.tables
     names = set()
     if tree is not None:
@@ -103,23 +111,24 @@ def _table_views(catalog, tree: exp.Expression | None) -> Iterator[list[str]]:
                 continue
             stored = _lookup(store, plain.name)
             if stored is not None:
-                names.add((plain.name, stored))
-    made = []
+                names.add((plain.name.lower(), stored))
+    made: dict[str, str] = {}
     try:
         for written, stored in sorted(names):
-            _view(catalog, store, stored).createOrReplaceTempView(written)
-            made.append(written)
+            view = f"{_sql_dml.VIEW_PREFIX}{secrets.token_hex(4)}_{stored}"
+            _view(catalog, store, stored).createOrReplaceTempView(view)
+            made[written] = view
         yield made
     finally:
-        for view in made:
+        for view in made.values():
             catalog.spark.catalog.dropTempView(view)
 
 
 def _query(catalog, statement: Statement, udfs: set[str], node: exp.Expression, label: str,
            write) -> SqlResult:
     sub = _sub(statement, node)
-    with _table_views(catalog, _parse(sub.text)):
-        result = _sql_dml.run(catalog, sub, udfs, write=write, label=label)
+    with _table_views(catalog, _parse(sub.text)) as views:
+        result = _sql_dml.run(catalog, sub, udfs, write=write, label=label, tables=views)
     result.text, result.line = statement.text, statement.line
     return result
 
@@ -149,6 +158,17 @@ def _columns(schema: exp.Schema) -> tuple[list[Column], list[str]]:
     return out, key
 
 
+def _location(statement: Statement) -> str:
+    """The string after LOCATION, as our lexer reads it: `'/data/it''s/t'` is `/data/it's/t`
+    (Spark's parser, and sqlglot's, read adjacent literals as one: `/data/its/t`)."""
+    tokens = statement.tokens
+    for i, token in enumerate(tokens[:-1]):
+        if token.upper == "LOCATION" and tokens[i + 1].kind == STRING:
+            return tokens[i + 1].value
+    raise SqlError(f"line {statement.line}: LOCATION takes the location as one string literal",
+                   statement.line, statement.column)
+
+
 def _create(catalog, statement: Statement, tree: exp.Create, udfs: set[str]) -> SqlResult:
     store: TableStore = catalog.tables
     table = _plain_table(tree.this)
@@ -169,7 +189,7 @@ def _create(catalog, statement: Statement, tree: exp.Create, udfs: set[str]) -> 
         if isinstance(prop, exp.SchemaCommentProperty):
             comment = prop.this.name
         elif isinstance(prop, exp.LocationProperty):
-            location = prop.this.name
+            location = _location(statement)
         elif isinstance(prop, exp.Property) and prop.name.lower() == "key":
             key = [k.strip() for k in prop.args["value"].name.split(",") if k.strip()]
     source = tree.args.get("expression")
@@ -296,9 +316,12 @@ def _merge(catalog, statement: Statement, tree: exp.Merge, name: str,
     def write(df) -> str:
         version, m = store.merge(name, df.toArrow(), tree.args["on"], clauses,
                                  target_alias=target_alias, source_alias=source_alias)
-        return (f"merged into {name} (version {version}): {m.get('num_target_rows_inserted', 0)}"
-                f" inserted, {m.get('num_target_rows_updated', 0)} updated, "
-                f"{m.get('num_target_rows_deleted', 0)} deleted")
+        counts = [m.get(f"num_target_rows_{k}", 0) for k in ("inserted", "updated", "deleted")]
+        if not any(counts):
+            return f"merged into {name}: no row inserted, updated or deleted ({name} is at " \
+                   f"version {version})"
+        return (f"merged into {name} (version {version}): {counts[0]} inserted, {counts[1]} "
+                f"updated, {counts[2]} deleted")
 
     return _query(catalog, statement, udfs, query, "MERGE", write)
 
@@ -312,20 +335,87 @@ def _describe(statement: Statement, store: TableStore, name: str) -> SqlResult:
 
 
 def _show(statement: Statement, store: TableStore) -> SqlResult:
+    """One row per table; a table that cannot be read (a registered table whose folder is
+    gone) is listed with what is known and `unreadable` saying why, not failing the list."""
     rows = []
     for name in store.names():
-        info = store.describe(name)
+        try:
+            info = store.describe(name)
+        except VolumeStreamError as exc:
+            rows.append({"name": name, "columns": None, "version": None,
+                         "change_tracking": None, "comment": None, "path": store.path(name),
+                         "unreadable": str(exc)})
+            continue
         rows.append({"name": name, "columns": len(info["columns"]), "version": info["version"],
                      "change_tracking": info["change_tracking"], "comment": info["comment"],
-                     "path": info["path"]})
-    return _result(statement, "SHOW TABLES", f"{len(rows)} tables", rows,
-                   ["name", "columns", "version", "change_tracking", "comment", "path"])
+                     "path": info["path"], "unreadable": None})
+    bad = sum(1 for r in rows if r["unreadable"])
+    return _result(statement, "SHOW TABLES", f"{len(rows)} tables"
+                   + (f" ({bad} unreadable)" if bad else ""), rows,
+                   ["name", "columns", "version", "change_tracking", "comment", "path",
+                    "unreadable"])
+
+
+def _changed(n: int, verb: str, name: str, version: int) -> str:
+    if n:
+        return f"{n} rows {verb} {name} (version {version})"
+    return f"0 rows {verb} {name}: no row matched, nothing was committed ({name} stays at " \
+           f"version {version})"
+
+
+@contextmanager
+def _function_located(statement: Statement) -> Iterator[None]:
+    """A function UPDATE / DELETE / MERGE cannot call, located at its name in the script."""
+    try:
+        yield
+    except UnsupportedFunction as exc:
+        for i, token in enumerate(statement.tokens[:-1]):
+            if token.kind == WORD and token.value.lower() in exc.spellings \
+                    and statement.tokens[i + 1].text == "(":
+                said = str(exc).replace(f"function {exc.function}()", f"function {token.value}()")
+                raise SqlError(f"line {token.line}, column {token.column}: {said}", token.line,
+                               token.column) from exc
+        raise SqlError(f"statement at line {statement.line}: {exc}", statement.line,
+                       statement.column) from exc
+
+
+def _names_ours(catalog, statement: Statement, made: set[str] = frozenset()) -> bool:
+    """Whether the statement names a warehouse table or a stream (by its words), or one of
+    `made` (lower-cased names its script creates before it)."""
+    words = {t.value.lower() for t in statement.tokens if t.kind in (WORD, QUOTED)}
+    return bool(words & ({n.lower() for n in catalog.tables.names()} | made)) \
+        or bool(words & set(_streams(catalog)))
+
+
+def parse_checked(catalog, statement: Statement, made: set[str] = frozenset()
+                  ) -> exp.Expression | None:
+    """sqlglot's tree of a statement that is not our DDL, or its syntax error: sqlglot's, while
+    Spark does not run or when the statement names a warehouse table or stream (they are found
+    in sqlglot's tree: unread, `FROM people WHERE` reached Spark as the table `people` aliased
+    `WHERE`, and people was "not found"); else Spark's parser's, None if it reads it."""
+    try:
+        with _sql_dml._quiet_sqlglot():
+            return sqlglot.parse_one(statement.text, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        if not getattr(catalog, "spark_started", True) \
+                or _names_ours(catalog, statement, made):
+            raise syntax.reworded(statement, exc) from exc
+    except sqlglot.errors.SqlglotError:
+        return None  # a tokenizer's complaint: left to the statement's own run
+    edits = _sql_dml._token_edits(statement.text, set(UDFS.get(catalog.spark, {})))
+    spark_parse = _sql_dml._spark_parser(catalog, statement, edits)
+    if spark_parse is not None:
+        spark_parse(_sql_dml.Analysis("other", statement.keyword, edits=edits)
+                    .text(statement.text))
+    return None
 
 
 def run(catalog, statement: Statement, udfs: set[str], *,
-        before_spark: Callable[[], None] | None = None) -> SqlResult:
+        before_spark: Callable[[], None] | None = None,
+        tree: exp.Expression | None = None) -> SqlResult:
     """Run a statement that is not our DDL: warehouse-table DDL and DML here, the rest in Spark
-    with the warehouse tables it reads visible.
+    with the warehouse tables it reads visible. `tree`: the statement's `parse_checked`
+    (None: sqlglot could not read it, Spark's parser could).
 
     `before_spark` runs once the statement has parsed, before anything may start Spark (the
     CLI registers its deferred UDFs there): a syntax error never starts Spark."""
@@ -333,7 +423,8 @@ def run(catalog, statement: Statement, udfs: set[str], *,
     store: TableStore = catalog.tables
     if words[:2] == ["SHOW", "TABLES"] and len(statement.tokens) == 2:
         return _show(statement, store)
-    tree = _parse(statement.text)
+    if tree is None and _names_ours(catalog, statement):  # made after the script was checked
+        tree = parse_checked(catalog, statement)
     if before_spark is not None:
         before_spark()
     if isinstance(tree, exp.Create) and str(tree.args.get("kind")).upper() == "TABLE" \
@@ -359,13 +450,15 @@ def run(catalog, statement: Statement, udfs: set[str], *,
             if isinstance(tree, exp.Insert):
                 return _insert(catalog, statement, tree, name, udfs)
             if isinstance(tree, exp.Merge):
-                return _merge(catalog, statement, tree, name, udfs)
-            if isinstance(tree, exp.Update):
-                version, n = store.update(name, _assignments(tree.expressions), _where(tree))
-                return _result(statement, "UPDATE", f"{n} rows updated in {name} "
-                                                    f"(version {version})")
-            version, n = store.delete(name, _where(tree))
-            return _result(statement, "DELETE", f"{n} rows deleted from {name} "
-                                                f"(version {version})")
+                with _function_located(statement):
+                    return _merge(catalog, statement, tree, name, udfs)
+            with _function_located(statement):
+                if isinstance(tree, exp.Update):
+                    version, n = store.update(name, _assignments(tree.expressions),
+                                              _where(tree))
+                    return _result(statement, "UPDATE", _changed(n, "updated in", name, version))
+                version, n = store.delete(name, _where(tree))
+                return _result(statement, "DELETE", _changed(n, "deleted from", name, version))
     with _table_views(catalog, tree) as views:  # a query reading them is computed while
-        return _sql_dml.run(catalog, statement, udfs, materialize=bool(views))  # they exist
+        return _sql_dml.run(catalog, statement, udfs, materialize=bool(views),  # they exist
+                            tables=views)

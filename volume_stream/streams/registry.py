@@ -150,10 +150,8 @@ class StreamRegistry:
                                     f"volume (file pipelines read volume streams)")
         volume = state.get((VOLUME, spec["volume"]))
         if volume is None or volume["id"] != spec["volume_id"]:
-            raise NotFoundError(
-                VOLUME, f"{spec['volume']} (the volume of stream {name!r} was dropped or "
-                        f"replaced; recreate the stream)",
-                [n for k, n in state if k == VOLUME])
+            raise NotFoundError.orphaned(VOLUME, spec["volume"], name,
+                                         [n for k, n in state if k == VOLUME])
         return spec, VolumeSpec.from_dict(volume)
 
     def latest_version(self, volume: VolumeSpec) -> int:
@@ -253,10 +251,21 @@ class StreamRegistry:
         self.warehouse.mutate(advance)
 
     def describe(self, name: str) -> dict[str, Any]:
+        """The stream's spec, latest and oldest versions, pending changes and whether it is
+        stale: its offset older than the oldest kept version, or its volume or table dropped
+        or replaced (`stale_reason` says which; nothing can be read from it again)."""
         stored = entry(self.warehouse.read(), STREAM, name)
-        if tstreams.is_table_stream(stored):
-            return {**tstreams.describe(self.tables, stored), "pinned_end": pinned_end(stored)}
-        spec, volume = self.spec(name)
+        try:
+            if tstreams.is_table_stream(stored):
+                return {**tstreams.describe(self.tables, stored),
+                        "pinned_end": pinned_end(stored)}
+            spec, volume = self.spec(name)
+        except NotFoundError as exc:  # the stream's source is gone: it is stale for good
+            hidden = ("volume_id", "table_id", "pinned")
+            return {**{k: v for k, v in stored.items() if k not in hidden},
+                    "pinned_end": pinned_end(stored), "latest_version": None,
+                    "oldest_version": None, "stale": True, "stale_reason": str(exc),
+                    "pending_changes": None}
         with converted(f"stream {name!r}"):
             table = self._table(volume)
             info = {k: v for k, v in spec.items()
@@ -265,12 +274,15 @@ class StreamRegistry:
             info["latest_version"] = table.version()
             info["oldest_version"] = table.oldest_version()
         info["stale"] = spec["offset"] < info["oldest_version"]
-        info["pending_changes"] = None
+        info["stale_reason"], info["pending_changes"] = None, None
         if not info["stale"]:
             try:
                 info["pending_changes"] = self.pending(name)[0].num_rows
             except StaleStreamError as exc:  # a VACUUM removed files the log still lists
                 info["stale"], info["oldest_version"] = True, exc.oldest
+        if info["stale"]:
+            info["stale_reason"] = str(StaleStreamError(name, spec["offset"],
+                                                        info["oldest_version"]))
         return info
 
 

@@ -69,10 +69,13 @@ def describe(store: TableStore, spec: dict[str, Any]) -> dict[str, Any]:
     info["latest_version"] = store.version(table)
     info["oldest_version"] = store.oldest_version(table)
     info["stale"] = spec["offset"] < info["oldest_version"]
-    info["pending_changes"] = None
+    info["stale_reason"], info["pending_changes"] = None, None
     if not info["stale"]:
         try:
             info["pending_changes"] = pending(store, spec)[0].num_rows
         except StaleStreamError as exc:  # a VACUUM removed files the log still lists
             info["stale"], info["oldest_version"] = True, exc.oldest
+    if info["stale"]:
+        info["stale_reason"] = str(StaleStreamError(spec["name"], spec["offset"],
+                                                    info["oldest_version"]))
     return info

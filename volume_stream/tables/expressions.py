@@ -24,6 +24,12 @@ These rules make a translated predicate safe to hand to a DELETE or UPDATE (DESI
   such predicates are wrapped in `COALESCE(p, CAST(NULL AS BOOLEAN))` (`_opaque`).
 - **Keyword predicates grouped.** `IS [NOT] DISTINCT FROM`, `IS`, `LIKE`, `ILIKE`, `BETWEEN`
   go out in parentheses: DataFusion read `a <=> b AND c` as `a <=> (b AND c)` (`_grouped`).
+- **ORed equalities as IN lists.** `x = 1 OR x = 2 OR ...` on one operand goes out as
+  `x IN (1, 2, ...)` (ANDed `<>` as NOT IN), the same truth values: 20,000 equalities took
+  27.7 s, the IN list a fraction of it (`_in_lists`).
+- **Known functions only.** Only the functions of `tables.functions` (those delta-rs computes
+  as Spark does and can write back to its log), in their DataFusion form; any other is an
+  `UnsupportedFunction` naming it.
 
     to_delta("id = 1 OR name = 'x'")     # -> '"id" = 1 OR "name" = \\'x\\''
     to_delta_predicate("name = NULL")    # -> '("name" = NULL) IS TRUE'
@@ -40,6 +46,7 @@ import sqlglot
 from sqlglot import exp
 
 from volume_stream.errors import InvalidInputError
+from volume_stream.tables.functions import check_functions
 
 __all__ = ["IN_CHUNK", "MAX_NESTING", "column_names", "deep_stack", "parse_expression",
            "to_delta", "to_delta_predicate"]
@@ -136,6 +143,95 @@ def _shallow(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def _operands_of(kind: type, top: exp.Expression) -> list[exp.Expression]:
+    """The operands of a chain of `kind` (AND / OR), through parentheses, in order."""
+    leaves, stack = [], [top]
+    while stack:
+        node = stack.pop()
+        inner = node
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if type(inner) is kind:
+            stack += [inner.expression, inner.this]
+        else:
+            leaves.append(node)
+    return leaves
+
+
+def _constant(node: exp.Expression) -> str | None:
+    """What kind of literal `node` is ("string", "integer", "number", "boolean", "cast:<type>"),
+    None if it is not one (a NULL is left out: its equalities stay as written)."""
+    while isinstance(node, exp.Paren | exp.Neg | exp.Cast):
+        if isinstance(node, exp.Cast):
+            return "cast:" + node.to.sql() if _constant(node.this) else None
+        node = node.this
+    if isinstance(node, exp.Literal):
+        return "string" if node.is_string else "integer" if node.this.isdigit() else "number"
+    if isinstance(node, exp.Boolean):
+        return "boolean"
+    return None
+
+
+def _as_list_item(leaf: exp.Expression, test: type) -> tuple[str, exp.Expression,
+                                                            exp.Expression] | None:
+    """(operand and literal kind, operand, literal) of `operand = literal` (`test` EQ) or
+    `operand <> literal` (NEQ), either way round; None for anything else."""
+    while isinstance(leaf, exp.Paren):
+        leaf = leaf.this
+    if type(leaf) is not test:
+        return None
+    for operand, value in ((leaf.this, leaf.expression), (leaf.expression, leaf.this)):
+        kind = _constant(value)
+        if kind is None:
+            continue
+        if isinstance(operand, exp.Column):  # the common case, without rendering it
+            return f"{kind} {operand.table.lower()}.{operand.name.lower()}", operand, value
+        if operand.find(exp.Column):
+            return f"{kind} {operand.sql()}", operand, value
+    return None
+
+
+def _in_lists(node: exp.Expression) -> exp.Expression:
+    """ORed equalities of one operand with literals of one kind as an IN list, and ANDed
+    inequalities as a NOT IN list: `x = 1 OR x = 2 OR y > 0` is `x IN (1, 2) OR y > 0`, the
+    same truth values by SQL's definition of IN (NULL where no term is TRUE and one is
+    NULL). DataFusion plans one IN list of 20,000 values in a fraction of the time of 20,000
+    equalities, and `_shallow` cuts it into balanced lists of `IN_CHUNK`. The walk does not
+    enter the `column = literal` terms it takes, so a 20k-term chain costs one pass."""
+    chains: list[tuple[exp.Expression, list[list[exp.Expression]]]] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if type(item) not in (exp.And, exp.Or):
+            stack.extend(item.iter_expressions())
+            continue
+        test = exp.EQ if type(item) is exp.Or else exp.NEQ
+        groups: dict[str, list[exp.Expression]] = {}
+        for leaf in _operands_of(type(item), item):
+            found = _as_list_item(leaf, test)
+            if found is None or not isinstance(found[1], exp.Column):
+                stack.append(leaf)  # it may hold chains of its own
+            if found is not None:
+                groups.setdefault(found[0], []).append(leaf)
+        merged = [g for g in groups.values() if len(g) > 1]
+        if merged:
+            chains.append((item, merged))
+    for top, merged in reversed(chains):  # inner chains first
+        kind, test = type(top), exp.EQ if type(top) is exp.Or else exp.NEQ
+        first = {id(g[0]): g for g in merged}
+        dropped = {id(leaf) for g in merged for leaf in g[1:]}
+        out = []
+        for leaf in _operands_of(kind, top):
+            if id(leaf) in first:
+                items = [_as_list_item(x, test) for x in first[id(leaf)]]
+                listed = exp.In(this=items[0][1], expressions=[i[2] for i in items])
+                out.append(listed if kind is exp.Or else exp.Not(this=listed))
+            elif id(leaf) not in dropped:
+                out.append(leaf)
+        node = _swapped(node, top, _balanced(kind, out))
+    return node
+
+
 _INTEGER_TYPES = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
                   exp.DataType.Type.BIGINT}
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul)
@@ -179,12 +275,11 @@ def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
     Subqueries are refused: delta-rs evaluates predicates row by row. `integers` names the
     integer columns (lower case): arithmetic on them is checked for overflow.
     """
-    if isinstance(node, str):
-        node = parse_expression(node)
-    node = node.copy()
+    node = parse_expression(node) if isinstance(node, str) else node.copy()
     if node.find(exp.Subquery, exp.Select):
         raise InvalidInputError(f"table {table!r}: subqueries are not supported in UPDATE / "
                                 f"DELETE / MERGE conditions; use MERGE ... USING (query)")
+    node = _in_lists(node)  # first: the steps below walk a 20k-term chain as one IN list
     if columns is not None:
         lookup = {c.lower(): c for c in columns}
         for col in node.find_all(exp.Column):
@@ -197,6 +292,7 @@ def to_delta(node: exp.Expression | str, *, columns: list[str] | None = None,
             col.set("this", exp.to_identifier(stored, quoted=True))
     for ident in node.find_all(exp.Identifier):
         ident.set("quoted", True)
+    node = check_functions(node, table=table)
     node = _checked(node, {c.lower() for c in integers})
     shared = _shared(node)  # before `_shallow` splits long IN lists (in place)
     return _grouped(_opaque(_shallow(node), shared)).sql(dialect=_OUT)

@@ -96,7 +96,7 @@ def register(tables: Location, name: str, location: str | os.PathLike, *,
     text = os.fspath(location)
     if not text.strip():
         raise InvalidInputError(f"table {name!r}: LOCATION is empty")
-    where = Location.parse(text, tables.storage_options)
+    where = Location.parse(text, tables.storage_options, what=f"table {name!r}: location")
     warehouse = tables.uri.rsplit("/", 1)[0] if not tables.is_local \
         else os.path.dirname(tables.uri)
     if _inside(where, warehouse):

@@ -46,13 +46,12 @@ from volume_stream.errors import (
     InvalidInputError,
     NotFoundError,
     VolumeStreamError,
-    storage_full,
 )
 from volume_stream.tables import registered
-from volume_stream.tables._util import first_line as _first_line
 from volume_stream.tables._util import integers as _integers
 from volume_stream.tables._util import plain as _plain
 from volume_stream.tables._util import quote as _quote
+from volume_stream.tables._util import statement_error as _statement_error
 from volume_stream.tables.expressions import deep_stack, to_delta, to_delta_predicate
 from volume_stream.tables.keys import KEY_PROPERTY, check_key, key_columns, parse_key
 from volume_stream.tables.readable import check_readable, readable, rows
@@ -361,7 +360,9 @@ class TableStore:
     # ------------------------------------------------------------------ writes
     def _commit(self, name: str, write: Callable[[DeltaTable, int, CommitProperties], Any],
                 dt: DeltaTable | None = None) -> tuple[int, Any]:
-        """Run `write(dt, next_version, props)` so it commits at exactly next_version."""
+        """Run `write(dt, next_version, props)` so it commits at exactly next_version; returns
+        (the table's version after it, write's result). A DELETE, UPDATE or MERGE that changes
+        no row commits nothing (delta-rs): the version is then the one the table stays at."""
         for attempt in range(_ATTEMPTS):
             dt = dt or self.open(name)
             version = dt.version() + 1
@@ -375,18 +376,12 @@ class TableStore:
                 continue
             except VolumeStreamError:
                 raise
-            except Exception as exc:
-                # delta-rs raises DeltaError, or a bare Exception for DataFusion's planning and
-                # cast errors ("Cast error: ..."): the statement is at fault, nothing was written
-                full = storage_full(f"table {name!r}", exc)
-                if full is not None:
-                    raise full from exc
-                if not isinstance(exc, DeltaError) and type(exc) is not Exception:
+            except BaseException as exc:
+                converted = _statement_error(name, exc)
+                if converted is None:
                     raise
-                raise InvalidInputError(f"table {name!r}: the statement cannot run on this "
-                                        f"table: {_first_line(exc)}; nothing was written"
-                                        ) from exc
-            return version, result
+                raise converted from exc
+            return min(version, dt.version()), result
         raise CommitConflictError(f"table {self.path(name)}: lost the race for the next "
                                   f"version {_ATTEMPTS} times in a row (other writers keep "
                                   f"committing); nothing of this statement was written, retry it")

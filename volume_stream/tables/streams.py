@@ -68,8 +68,7 @@ def check_table(store: TableStore, spec: dict[str, Any]) -> None:
     """Fail if the stream's table is gone or was replaced since the stream was created."""
     table = spec["table"]
     if not store.exists(table) or store.table_id(table) != spec["table_id"]:
-        raise NotFoundError("table", f"{table} (the table of stream {spec['name']!r} was "
-                                     f"dropped or replaced; recreate the stream)", store.names())
+        raise NotFoundError.orphaned("table", table, spec["name"], store.names())
 
 
 def records_between(store: TableStore, spec: dict[str, Any], a: int, b: int) -> pa.Table:

@@ -101,35 +101,41 @@ class Location:
 
     @classmethod
     def parse(cls, where: str | os.PathLike, storage_options: dict[str, Any] | None = None,
-              ) -> Location:
+              *, what: str = "warehouse") -> Location:
         """The location of `where`: a local path, `file://...`, `s3://bucket/prefix` (also
         `s3a://`), `hdfs://...`. `oss://` and `gs://` are refused with the reason (OSS_REFUSAL,
         GCS_REFUSAL). A
         `role_arn` option (`AWS_ROLE_ARN`) makes the options a `RoleOptions`: the role is
-        assumed through STS and its credentials refreshed before expiry (DESIGN §3.2)."""
+        assumed through STS and its credentials refreshed before expiry (DESIGN §3.2).
+
+        `what` is what errors call it: a warehouse's is a `ConfigError`; anything else's (a
+        registered table's "location of table 't'") an `InvalidInputError`."""
         text = os.fspath(where)
+        error = ConfigError if what == "warehouse" else InvalidInputError
         try:
             options = live_options(storage_options)
         except ConnectorError as exc:
-            raise ConfigError(f"warehouse {text}: {exc}") from exc
+            raise error(f"{what} {text}: {exc}") from exc
         if not isinstance(options, RoleOptions):
             options = hide(options)
         parsed = urlparse(text)
         scheme = parsed.scheme.lower() if len(parsed.scheme) > 1 else ""
         if isinstance(options, RoleOptions) and scheme not in ("s3", "s3a"):
-            raise ConfigError(f"warehouse {text}: role_arn applies to s3:// warehouses only")
+            raise error(f"{what} {text}: role_arn applies to s3:// locations only")
         if scheme in ("", "file"):
             path = unquote(parsed.path) if scheme == "file" else text
             return cls(os.path.abspath(os.path.expanduser(path)), "file", options)
         if scheme == "oss":
-            raise ConfigError(f"warehouse {text}: {OSS_REFUSAL}")
+            raise error(f"{what} {text}: " + (OSS_REFUSAL if what == "warehouse" else
+                                              "oss:// is not supported: delta-rs has no OSS "
+                                              "object store"))
         if scheme in ("gs", "gcs"):
-            raise ConfigError(f"warehouse {text}: {GCS_REFUSAL}")
+            raise error(f"{what} {text}: {GCS_REFUSAL}")
         if scheme not in _SCHEMES:
-            raise ConfigError(f"warehouse {text}: unsupported scheme {scheme}://; use a local "
-                              f"folder, file://, s3:// or hdfs://")
+            raise error(f"{what} {text}: unsupported scheme {scheme}://; use a local folder, "
+                        f"file://, s3:// or hdfs://")
         if not parsed.netloc:
-            raise ConfigError(f"warehouse {text}: no bucket (expected {scheme}://bucket/prefix)")
+            raise error(f"{what} {text}: no bucket (expected {scheme}://bucket/prefix)")
         prefix = parsed.path.strip("/")
         kind = _SCHEMES[scheme]
         if kind == "s3" and not isinstance(options, RoleOptions):

@@ -83,10 +83,24 @@ def touched(store: TableStore, data: pa.Table, condition: str) -> dict[str, set[
 
 
 # ---------------------------------------------------------------------- conditions
+strings = st.one_of(st.just("c_name"), st.sampled_from(["'a'", "'b'", "''", "'ab'", "' a'",
+                                                        "NULL", "CAST(NULL AS STRING)"]))
+# string functions delta-rs runs as Spark does (tables/functions.py)
+texts_of = st.recursive(strings, lambda c: st.one_of(
+    c.map(lambda a: f"upper({a})"), c.map(lambda a: f"lower({a})"),
+    c.map(lambda a: f"trim({a})"), c.map(lambda a: f"ltrim({a})"),
+    c.map(lambda a: f"rtrim({a})"), c.map(lambda a: f"trim('a' FROM {a})"),
+    c.map(lambda a: f"reverse({a})"),
+    st.tuples(c, c).map(lambda t: f"concat({t[0]}, {t[1]})"),
+    st.tuples(c, c).map(lambda t: f"coalesce({t[0]}, {t[1]})"),
+    st.tuples(c, c).map(lambda t: f"nvl({t[0]}, {t[1]})"),
+    st.tuples(c, st.sampled_from(["1", "2", "3"]), st.sampled_from(["", ", 0", ", 1", ", 2"])
+              ).map(lambda t: f"substr({t[0]}, {t[1]}{t[2]})")), max_leaves=3)
 ints = st.one_of(st.sampled_from(["c_id", "c_n"]), st.integers(-3, 3).map(str),
-                 st.sampled_from(["NULL", "CAST(NULL AS INT)"]))
-strings = st.one_of(st.just("c_name"), st.sampled_from(["'a'", "'b'", "''", "'ab'", "NULL",
-                                                        "CAST(NULL AS STRING)"]))
+                 st.sampled_from(["NULL", "CAST(NULL AS INT)"]),
+                 texts_of.map(lambda a: f"length({a})"),
+                 texts_of.map(lambda a: f"char_length({a})"),
+                 st.tuples(texts_of, strings).map(lambda t: f"instr({t[0]}, {t[1]})"))
 
 
 def _num(children):
@@ -98,13 +112,16 @@ def _num(children):
         st.tuples(children, children).map(lambda t: f"({t[0]} / {t[1]})"),
         st.tuples(children, children).map(lambda t: f"CASE WHEN {t[0]} > 0 THEN {t[1]} END"),
         children.map(lambda a: f"CAST({a} AS BIGINT)"),
+        st.tuples(children, children).map(lambda t: f"nullif({t[0]}, {t[1]})"),
+        st.tuples(children, children).map(lambda t: f"greatest({t[0]}, {t[1]})"),
+        st.tuples(children, children).map(lambda t: f"least({t[0]}, {t[1]})"),
+        st.tuples(children, children, children).map(
+            lambda t: f"if({t[0]} > 0, {t[1]}, {t[2]})"),
     )
 
 
 numbers = st.recursive(ints, _num, max_leaves=4)
-texts = st.one_of(strings, strings.map(lambda a: f"upper({a})"),
-                  st.tuples(strings, strings).map(lambda t: f"coalesce({t[0]}, {t[1]})"),
-                  numbers.map(lambda a: f"CAST({a} AS STRING)"))
+texts = st.one_of(texts_of, numbers.map(lambda a: f"CAST({a} AS STRING)"))
 CMP = ["=", "<>", "!=", "<", "<=", ">", ">=", "<=>"]
 atoms = st.one_of(
     st.tuples(numbers, st.sampled_from(CMP), numbers).map(lambda t: " ".join(t)),
@@ -120,6 +137,21 @@ atoms = st.one_of(
     st.tuples(numbers, numbers, numbers).map(lambda t: f"{t[0]} BETWEEN {t[1]} AND {t[2]}"),
     st.sampled_from(["c_flag", "NOT c_flag", "TRUE", "FALSE", "NULL", "c_flag IS TRUE",
                      "c_flag IS NOT FALSE"]),
+    st.tuples(st.sampled_from(["startswith", "endswith"]), texts, strings).map(
+        lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+    st.tuples(st.sampled_from(["isnull", "isnotnull"]), st.one_of(numbers, texts)).map(
+        lambda t: f"{t[0]}({t[1]})"),
+    # ORed equalities (ANDed inequalities) of one operand: sent as an IN (NOT IN) list
+    st.one_of(st.tuples(numbers, st.lists(st.sampled_from(["0", "1", "-1", "NULL"]),
+                                          min_size=2, max_size=4)),
+              st.tuples(texts, st.lists(st.sampled_from(["'a'", "'ab'", "''", "NULL"]),
+                                        min_size=2, max_size=4))).map(
+        lambda t: "(" + " OR ".join(f"{t[0]} = {v}" for v in t[1]) + ")"),
+    st.one_of(st.tuples(st.just("c_id"), st.lists(st.sampled_from(["0", "1", "NULL"]),
+                                                  min_size=2, max_size=4)),
+              st.tuples(st.just("c_name"), st.lists(st.sampled_from(["'a'", "'ab'", "NULL"]),
+                                                    min_size=2, max_size=4))).map(
+        lambda t: "(" + " AND ".join(f"{t[0]} <> {v}" for v in t[1]) + ")"),
     st.tuples(numbers, numbers).map(lambda t: f"CASE WHEN {t[0]} > {t[1]} THEN TRUE "
                                               f"WHEN {t[0]} < {t[1]} THEN FALSE END"),
 )
@@ -128,7 +160,7 @@ conditions = st.recursive(atoms, lambda c: st.one_of(
     c.map(lambda a: f"NOT ({a})")), max_leaves=5)
 values = st.tuples(st.one_of(st.none(), st.integers(-2, 3)), st.one_of(st.none(),
                                                                        st.integers(-2, 3)),
-                   st.one_of(st.none(), st.sampled_from(["a", "b", "ab", "", "A"])),
+                   st.one_of(st.none(), st.sampled_from(["a", "b", "ab", "", "A", " a", "a b "])),
                    st.one_of(st.none(), st.booleans()))
 
 
