@@ -39,7 +39,8 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
                  operation: tuple[str, dict], custom_metadata: dict[str, Any] | None = None,
                  metrics: dict[str, int] | None = None, store: Store | None = None,
                  marked: list[dict] | None = None,
-                 extra_files: list[tuple[str, bytes]] | None = None) -> None:
+                 extra_files: list[tuple[str, bytes]] | None = None,
+                 ) -> list[tuple[str, pa.Table]]:
     """Write the data files (`adds`: rows of one bucket each, as `(bucket, table)` or a
     function making it on a writer thread; split into files of the table's size) and change
     files of one commit, then create its log entry at exactly `version` (`CommitFailedError`
@@ -47,7 +48,8 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
     replaces. `data_change=False` marks a commit that changes no row (compaction): readers of
     the change feed skip it. `store`: the table's files, when the caller has it open.
     `marked`: `remove`/`add` actions giving files new deletion vectors (`directory_table.mor`),
-    `extra_files`: (name, bytes) of files they need (a DV file), written before the log entry."""
+    `extra_files`: (name, bytes) of files they need (a DV file), written before the log entry.
+    Returns the data files written: (path, rows), rows in file order."""
     max_rows = rows_per_file(dt)
     store = store or Store(dt.table_uri, storage_options)
     stamp = int(now.timestamp() * 1000)
@@ -61,6 +63,8 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
             action["remove"]["deletionTimestamp"] = stamp
         actions.append(action)
 
+    written: list[tuple[str, pa.Table]] = []
+
     def write(kind: str, bucket: int, table: pa.Table) -> dict:
         path = (f"{BUCKET_COLUMN}={bucket}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
                 if kind == "add" else
@@ -70,6 +74,7 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
         action = {"path": path, "partitionValues": {BUCKET_COLUMN: str(bucket)}, "size": size}
         if kind == "add":
             action.update(modificationTime=stamp, dataChange=data_change, stats=_stats(table))
+            written.append((path, table))
         else:
             action.update(dataChange=False)
         return {kind: action}
@@ -112,6 +117,7 @@ def write_commit(dt: DeltaTable, version: int, *, removes: list[tuple[str, int, 
     interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100") or 100)
     if interval > 0 and version % interval == 0:
         checkpoint(dt, version, storage_options)
+    return written
 
 
 def checkpoint(dt: DeltaTable, version: int, storage_options: dict[str, str]) -> None:

@@ -107,6 +107,8 @@ class KeyCache:
         assert self._folder is not None
         if self.index is None:
             self.index = KeyIndex.open(self._folder, table_id, buckets)
+            if self.index is not None and not self._trusted(self.index):
+                self.index = None  # of another lineage of this table (a restored copy)
         index = self.index
         if index is not None and index.version > files.version:
             return None  # another of this process's handles committed since: scan this once
@@ -119,7 +121,35 @@ class KeyCache:
                     break
         if index is None or index.version != files.version:
             index = self.index = self._build(table_id, buckets, files)
+        self._stamp(index)
         return index
+
+    def _fingerprint(self, version: int) -> int | None:
+        body = CommitLog(self.uri, self.options).commit(version)
+        return None if body is None else zlib.crc32(body)
+
+    def _stamp(self, index: KeyIndex) -> None:
+        """Record which commit the index's version is (`_trusted` checks it on open): a table
+        restored from a copy, or rolled back and written again, reuses version numbers."""
+        assert self._folder is not None
+        mark = json.dumps({"version": index.version,
+                           "commit_crc32": self._fingerprint(index.version)})
+        path = self._folder / "commit.json"
+        if path.exists() and path.read_text() == mark:
+            return
+        tmp = self._folder / ".commit.json.tmp"
+        tmp.write_text(mark)
+        os.replace(tmp, path)
+
+    def _trusted(self, index: KeyIndex) -> bool:
+        assert self._folder is not None
+        try:
+            mark = json.loads((self._folder / "commit.json").read_text())
+        except (OSError, ValueError):
+            return False
+        crc = self._fingerprint(index.version)
+        return (mark.get("version") == index.version and crc is not None
+                and mark.get("commit_crc32") == crc)
 
     def _follow(self, index: KeyIndex, version: int, log_reader: CommitLog,
                 files: FileIndex, changes) -> bool:
@@ -149,6 +179,27 @@ class KeyCache:
         added = pa.concat_tables(list(self._live(entries))) if entries else None
         index.apply(version, gone, added if added is not None else _empty())
         return True
+
+    def record(self, version: int, gone: list[str], written: list[tuple[str, pa.Table]],
+               ) -> None:
+        """Our own commit of `version`, straight from what it wrote (no file read back):
+        `gone` paths left their rows, `written` (data file, rows in file order) holds the
+        rows that arrived. Only onto an index at the version before; else the next batch
+        catches it up from the log."""
+        with self.lock:
+            index = self.index
+            if index is None or index.version != version - 1:
+                return
+            added = [rows.select([f.name for f in ENTRY_SCHEMA if f.name not in ("file", "pos")])
+                     .append_column("file", pa.array([path] * rows.num_rows, pa.string()))
+                     .append_column("pos", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+                     for path, rows in written]
+            try:
+                index.apply(version, gone, pa.concat_tables(added) if added else _empty())
+                self._stamp(index)
+            except Exception as exc:  # a cache: the next batch rebuilds it
+                log.warning("key index of %s dropped (%s)", self.uri, exc)
+                self.index = None
 
     def _live(self, entries: list[FileEntry]):
         store = Store(self.uri, self.options)

@@ -127,8 +127,9 @@ def from_index(found: pa.Table, entries: list[FileEntry], base_url: str,
 def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, entries: list[FileEntry], *,
            version: int, new_rows: pa.Table, updated: list[str], deleted: list[str],
            now: datetime, custom_metadata: dict[str, Any], storage_options: dict[str, str],
-           store: Store) -> None:
-    """Write the DVs, files and commit of one batch at `version` (see the module docstring).
+           store: Store) -> list[tuple[str, pa.Table]]:
+    """Write the DVs, files and commit of one batch at `version` (see the module docstring);
+    the data files written, (path, rows in file order), for the key index.
 
     `loaded`: the stored rows of the batch's paths (`load`), `entries` their files;
     `new_rows`: the images of the inserted and updated paths (with `_bucket`). Raises
@@ -160,13 +161,13 @@ def commit(dt: DeltaTable, layout: Layout, loaded: Loaded, entries: list[FileEnt
         ]).sort_by([(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])))
     data = list(_by_bucket(new_rows.select(_NAMES).sort_by(
         [(BUCKET_COLUMN, "ascending"), ("relative_path", "ascending")])))
-    write_commit(dt, version, removes=[], adds=data, cdc=cdc, data_change=True, now=now,
-                 storage_options=storage_options, store=store, marked=marked,
-                 extra_files=[dv_file] if dv_file else [],
-                 operation=("WRITE", {"mode": "Append", "rewrite": "deletion-vectors"}),
-                 custom_metadata=custom_metadata,
-                 metrics={"numDeletionVectorsAdded": sum(1 for a in marked if "add" in a),
-                          "numDeletedRows": stored.num_rows, "numCopiedRows": 0})
+    return write_commit(dt, version, removes=[], adds=data, cdc=cdc, data_change=True, now=now,
+                        storage_options=storage_options, store=store, marked=marked,
+                        extra_files=[dv_file] if dv_file else [],
+                        operation=("WRITE", {"mode": "Append", "rewrite": "deletion-vectors"}),
+                        custom_metadata=custom_metadata,
+                        metrics={"numDeletionVectorsAdded": sum(1 for a in marked if "add" in a),
+                                 "numDeletedRows": stored.num_rows, "numCopiedRows": 0})
 
 
 def _marks(stored: pa.Table, entries: list[FileEntry], store: Store,

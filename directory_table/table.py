@@ -368,11 +368,14 @@ class DirectoryTable:
             write_deltalake(dt, laid_out, mode="append", commit_properties=props)
             return
         if loaded is not None and loaded.entries is not None:
-            mor.commit(dt, layout, loaded, loaded.entries, version=version, new_rows=laid_out,
-                       updated=batch.paths(plan.updates), deleted=batch.paths(plan.deletes),
-                       now=now, custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
-                       storage_options=self.storage_options,
-                       store=Store(dt.table_uri, self.storage_options))
+            updated, deleted = batch.paths(plan.updates), batch.paths(plan.deletes)
+            written = mor.commit(dt, layout, loaded, loaded.entries, version=version,
+                                 new_rows=laid_out, updated=updated, deleted=deleted, now=now,
+                                 custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
+                                 storage_options=self.storage_options,
+                                 store=Store(dt.table_uri, self.storage_options))
+            KeyCache.of(dt.table_uri, self.storage_options, self.key_index_root
+                        or default_root()).record(version, [*updated, *deleted], written)
             return
         if loaded is not None:
             rewrite.commit(dt, layout, loaded, version=version, new_rows=laid_out,

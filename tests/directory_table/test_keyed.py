@@ -126,3 +126,24 @@ def test_a_lost_or_damaged_index_is_rebuilt(tmp_path):
         at = T0 + timedelta(seconds=3)
         table.apply([FileEvent.removed(PATHS[2], event_time=at)])
         assert_true_to(table)
+
+
+def test_a_table_restored_from_a_copy_does_not_reuse_a_later_index(tmp_path):
+    """A restored copy reuses the table's id, location and version numbers: the index of the
+    lineage it replaced must not be taken for it (its commit's fingerprint differs)."""
+    table = make(tmp_path / "t", True)
+    table.apply([FileEvent.created(p, size=1, last_modified_time=T0) for p in PATHS])
+    shutil.copytree(table.root, tmp_path / "backup")
+    for k in range(1, 3):
+        table.apply([FileEvent.created(p, size=10 + k, last_modified_time=T0)
+                     for p in PATHS[k::5]])
+    assert_true_to(table)
+    KeyCache._caches.clear()  # a new process
+    shutil.rmtree(table.root)
+    shutil.copytree(tmp_path / "backup", table.root)
+    restored = DirectoryTable(table.root, table.base_url)
+    restored.key_index_root = table.key_index_root
+    for k in range(3, 5):  # the same version numbers again, other rows
+        restored.apply([FileEvent.created(p, size=100 + k, last_modified_time=T0)
+                         for p in PATHS[k::7]])
+    assert_true_to(restored)
