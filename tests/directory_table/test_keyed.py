@@ -132,13 +132,15 @@ def test_a_table_restored_from_a_copy_does_not_reuse_a_later_index(tmp_path):
     """A restored copy reuses the table's id, location and version numbers: the index of the
     lineage it replaced must not be taken for it (its commit's fingerprint differs)."""
     table = make(tmp_path / "t", True)
+    table.key_index_root = str(tmp_path / "keys")  # outside the table's folder: it stays
     table.apply([FileEvent.created(p, size=1, last_modified_time=T0) for p in PATHS])
     shutil.copytree(table.root, tmp_path / "backup")
     for k in range(1, 3):
         table.apply([FileEvent.created(p, size=10 + k, last_modified_time=T0)
                      for p in PATHS[k::5]])
     assert_true_to(table)
-    KeyCache._caches.clear()  # a new process
+    cache_of(table).close()  # a new process: the old one let go of the index
+    KeyCache._caches.clear()
     shutil.rmtree(table.root)
     shutil.copytree(tmp_path / "backup", table.root)
     restored = DirectoryTable(table.root, table.base_url)
