@@ -44,12 +44,22 @@ from directory_table.layout import Layout
 from directory_table.mor import marked_rows
 from directory_table.rewrite import Loaded
 
-__all__ = ["KeyCache", "default_root"]
+__all__ = ["KeyCache", "default_root", "key_root"]
 
 log = logging.getLogger(__name__)
 
 #: commits a behind index catches up one by one; further behind, it is rebuilt
 MAX_CATCH_UP = 200
+
+
+def key_root(table_root: str, configured: str | None = None) -> str:
+    """Where a table's key index lives: `configured`, else beside a local table
+    (`<root>/key_index`, removed with it), else the machine's temporary folder."""
+    if configured:
+        return configured
+    if table_root.startswith("file://") or "://" not in table_root:
+        return f"{table_root.removeprefix('file://')}/key_index"
+    return default_root()
 
 
 def default_root() -> str:

@@ -241,7 +241,7 @@ def write_run(folder: Path, part: int, rows: pa.Table, durable: bool = True,
     ids, names = _file_ids(rows["file"])
     # one record batch: opening it maps one block, not one per input file
     run = pa.Table.from_arrays([rows[KEY], ids, *rows.columns[2:]], schema=RUN_SCHEMA)
-    run = run.combine_chunks().to_batches()[0]
+    run = run.combine_chunks().to_batches(max_chunksize=None)[0]
     stem = f"p{part:05d}-{token()}"
     path = folder / run_file(stem)
     keys = run.column(0).take(pa.array(np.arange(0, run.num_rows, stride)))

@@ -36,7 +36,7 @@ from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
 from directory_table.filestore import Store
 from directory_table.images import images, rows_for_delete, write_tombstones
-from directory_table.keyed import KeyCache, default_root
+from directory_table.keyed import KeyCache, key_root
 from directory_table.layout import (
     BUCKETS_KEY,
     DEFAULT_BUCKETS,
@@ -125,7 +125,7 @@ class DirectoryTable:
     #: rewriting the touched files in Arrow (`directory_table.rewrite`: one scan, no merge);
     #: None: always a delta-rs merge
     rewrite_min_events: int | None = 1
-    #: the folder of merge-on-read tables' key indexes (None: `keyed.default_root()`)
+    #: the folder of merge-on-read tables' key indexes (None: `keyed.key_root`'s choice)
     key_index_root: str | None = None
 
     @property
@@ -267,7 +267,7 @@ class DirectoryTable:
                                                   write=True)
             if merge_on_read:
                 keys = KeyCache.of(dt.table_uri, self.storage_options,
-                                   self.key_index_root or default_root())
+                                   key_root(self.root, self.key_index_root))
                 loaded = keys.load(dt, layout, index, batch.by_bucket(layout.buckets), paths,
                                    self.base_url, self.changes)
             elif (index is not None and self.rewrite_min_events is not None
@@ -374,8 +374,8 @@ class DirectoryTable:
                                  custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
                                  storage_options=self.storage_options,
                                  store=Store(dt.table_uri, self.storage_options))
-            KeyCache.of(dt.table_uri, self.storage_options, self.key_index_root
-                        or default_root()).record(version, [*updated, *deleted], written)
+            KeyCache.of(dt.table_uri, self.storage_options,
+                        key_root(self.root, self.key_index_root)).record(version, [*updated, *deleted], written)
             return
         if loaded is not None:
             rewrite.commit(dt, layout, loaded, version=version, new_rows=laid_out,

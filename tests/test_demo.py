@@ -22,8 +22,12 @@ def test_demo_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "warehouse " + str(tmp_path) in out  # it worked in a temp folder...
-    # ...and removed it (Spark's own log file stays where the README says: the temp folder)
-    assert [p.name for p in tmp_path.iterdir() if p.name != "volume-stream-spark.log"] == []
+    # ...and removed it. Two files stay in the temp folder by design: Spark's own log (where
+    # the README says) and the Python worker launcher local sessions share (written once per
+    # interpreter and release: `_spark.worker_python`)
+    left = [p.name for p in tmp_path.iterdir() if p.name != "volume-stream-spark.log"]
+    assert [n for n in left if not n.startswith("volume-stream-python-")] == [], left
+    assert len(left) <= 1, left
     # volume-stream is not on PATH: the demo says how to get it there
     activate = os.path.relpath(Path(bin_dir) / "activate", ROOT)
     assert f"  . {activate}\n  volume-stream --help\n" in out

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from connectors.events import FileEvent
 from directory_table import DirectoryTable
 from directory_table.filestore import Store
-from directory_table.keyed import KeyCache
+from directory_table.keyed import KeyCache, key_root
 from directory_table.keyindex import live_batches
 from directory_table.mor import marked_rows
 
@@ -26,7 +26,8 @@ COLUMNS = ["relative_path", "size", "etag", "_image_version"]
 
 
 def cache_of(table: DirectoryTable) -> KeyCache:
-    return KeyCache.of(table.delta().table_uri, table.storage_options, table.key_index_root)
+    return KeyCache.of(table.delta().table_uri, table.storage_options,
+                       key_root(table.root, table.key_index_root))
 
 
 def live(table: DirectoryTable) -> pa.Table:

@@ -93,7 +93,7 @@ def test_a_bad_role_arn_is_a_config_error_naming_it(s3_env, s3_bucket):
     with pytest.raises(ConfigError, match="role_duration_seconds must be between 900"):
         vs.connect(f"s3://{s3_bucket}/wh", storage_options=role_options(
             s3_env, role_duration_seconds="60"))
-    with pytest.raises(ConfigError, match="s3:// warehouses only"):
+    with pytest.raises(ConfigError, match="role_arn applies to s3:// locations only"):
         vs.connect(Path("/tmp/never-made-wh"), storage_options=role_options(s3_env))
     assert not Path("/tmp/never-made-wh").exists()
 

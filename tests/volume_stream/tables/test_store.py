@@ -179,10 +179,12 @@ import os, sys
 from deltalake import DeltaTable
 from volume_stream.tables import TableStore
 
-def threads():  # but delta-rs's runtime's: its blocking pool grows and shrinks on its own
+def threads():  # but delta-rs's runtime's (its blocking pool grows and shrinks on its own)
+    # and Arrow's allocator's (jemalloc purges memory on threads it starts when allocations
+    # grow): neither runs Python
     names = (open(f"/proc/self/task/{t}/comm").read().strip()
              for t in os.listdir("/proc/self/task"))
-    return sorted(n for n in names if not n.startswith("tokio-"))
+    return sorted(n for n in names if not n.startswith(("tokio-", "jemalloc_bg_thd")))
 
 s = TableStore(sys.argv[1])
 s.open("t")  # delta-rs's runtime starts here, with its workers
