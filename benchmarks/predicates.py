@@ -4,8 +4,8 @@ A DELETE whose condition is an OR of n equalities on one column (`id = 0 OR id =
 n = 2.5k, 5k, 10k, 20k; quick: 2k) from a 3,000-row table, through `TableStore.delete`
 (sqlglot translation: the chain goes to delta-rs as one IN list, cut into balanced lists of
 512), against the same rows deleted by the condition written as one IN list. Each run deletes
-from a fresh copy of the table; median of 3 after a warm-up (quick: 1). Targets: 20k terms in
-<= 5 s, and each size <= 2x its IN-list baseline (before the rewrite 20k terms took 27.7 s;
+from a fresh copy of the table; median of 3 after a warm-up (quick: 1). Targets (the 20k
+figure; the smaller ones inform): <= 5 s, and <= 2x its IN-list baseline (before the rewrite 20k terms took 27.7 s;
 what is left is sqlglot reading twice the text: `id = 123 OR ` per value against `123, `).
 The process CPU seconds of each run are in the details (wall time swings with the load).
 """
@@ -70,13 +70,16 @@ def run(ctx: Context) -> None:
                     into.append(seconds)
                     cpu[key].append(round(used, 3))
         value, baseline = median(ours), median(base)
+        judged = n == sizes[-1]  # the issue's size (quick: the one size); others inform
         limit = MAX_SECONDS_20K if n == 20_000 else None
-        passed = value / baseline <= MAX_RATIO and (limit is None or value <= limit)
+        passed = (value / baseline <= MAX_RATIO and (limit is None or value <= limit)) \
+            if judged else None
         ctx.report.add(Figure(
             name=f"predicates.or_equalities.{count_label(n)}",
             description=f"DELETE WHERE an OR of {count_label(n)} equalities on one column, "
                         f"{count_label(ROWS)}-row table",
             value=value, unit="s", baseline=baseline,
             baseline_label="the same values as one IN list",
-            target=f"ratio <= {MAX_RATIO:g}x" + (f"; <= {limit:g} s" if limit else ""),
+            target=(f"ratio <= {MAX_RATIO:g}x" + (f"; <= {limit:g} s" if limit else ""))
+            if judged else "none (the 20k figure is judged)",
             passed=passed, details={"ours_s": ours, "in_list_s": base, **cpu}))

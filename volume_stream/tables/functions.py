@@ -24,16 +24,16 @@ from volume_stream.errors import SqlError
 __all__ = ["SUPPORTED", "UnsupportedFunction", "check_functions"]
 
 #: what the error lists, as users write the functions
-SUPPORTED = ("abs", "coalesce (nvl, ifnull)", "nullif", "nvl2", "if", "greatest", "least",
-             "upper (ucase)", "lower (lcase)", "length (char_length, character_length)",
+SUPPORTED = ("abs", "coalesce (nvl, ifnull)", "nullif", "nvl2", "if", "upper (ucase)", "lower (lcase)", "length (char_length, character_length)",
              "trim", "ltrim", "rtrim", "concat", "instr (locate, position; no start)",
              "substr (substring; a literal start >= 1 and length >= 0)", "reverse",
              "startswith", "endswith", "isnull", "isnotnull", "CAST", "CASE")
 
 #: sqlglot's nodes for functions DataFusion computes as Spark does, and writes back as text
+#: (not greatest / least: DataFusion folds `least(abs(CAST(1 AS INT)), 2)` to 2, wrongly, when
+#: its arguments are constants of two integer widths)
 _AS_IS = (exp.Cast, exp.TryCast, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Nvl2, exp.Abs,
-          exp.Upper, exp.Lower, exp.Trim, exp.Greatest, exp.Least, exp.Reverse, exp.StartsWith,
-          exp.EndsWith)
+          exp.Upper, exp.Lower, exp.Trim, exp.Reverse, exp.StartsWith, exp.EndsWith)
 _CALL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 _NULL_TESTS = {"isnull": False, "isnotnull": True}
 
@@ -82,10 +82,17 @@ def _call(name: str, *args: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
+def _bigint(node: exp.Expression) -> exp.Expression:
+    """`node` (a 32-bit integer in DataFusion) as BIGINT, the type of integer literals:
+    DataFusion refused `coalesce(strpos('ab', 'b'), 5)` ("CASE expression 'then' values had
+    multiple data types: Int64, Int32"). The values are Spark's (INT) all the same."""
+    return exp.Cast(this=node, to=exp.DataType.build("BIGINT"))
+
+
 def _rewritten(node: exp.Func, table: str) -> exp.Expression | None:
     """The DataFusion form of a supported function that needs one (None: as it is)."""
     if isinstance(node, exp.Length):  # delta-rs cannot write DataFusion's `length` back
-        return _call("character_length", node.this)
+        return _bigint(_call("character_length", node.this))
     if isinstance(node, exp.Concat):  # Spark's concat is NULL if any part is: so is ||
         parts = node.expressions
         out = parts[0]
@@ -95,7 +102,7 @@ def _rewritten(node: exp.Func, table: str) -> exp.Expression | None:
     if isinstance(node, exp.StrPosition):
         if node.args.get("position") is not None or node.args.get("occurrence") is not None:
             raise _refuse(node, table, "without a start position")
-        return _call("strpos", node.this, node.args["substr"])
+        return _bigint(_call("strpos", node.this, node.args["substr"]))
     if isinstance(node, exp.Substring):
         # DataFusion counts a start <= 0 as Postgres does, Spark from the end: only a start
         # both read alike is taken

@@ -55,7 +55,8 @@ REPORTED = ["length(s) = 2", "char_length(s) = 3", "character_length(s) = 0",
             "length(trim(s)) = 2", "abs(length(s)) = 2", "abs(length(s)) = 2 OR id = 1",
             "length(concat(s, 'x')) = 3", "instr(s, 'b') = 2", "substr(s, 2, 1) = 'b'",
             "upper(ltrim(s)) = 'AB '", "isnull(s) OR isnotnull(id) AND id < 0",
-            "nvl(length(s), -1) < 0", "greatest(length(s), id) = 3", "startswith(s, 'a')"]
+            "nvl(length(s), -1) < 0", "coalesce(instr('ab', 'b'), 5) = 2 AND id > 2",
+            "startswith(s, 'a')"]
 
 
 @pytest.mark.parametrize("condition", REPORTED)
@@ -75,7 +76,7 @@ def test_supported_functions_in_update_and_merge(people, spark):
 UNSUPPORTED = [("soundex(s) = 'A100'", "soundex"), ("round(id) = 1", "round"),
                ("substr(s, 0, 1) = 'a'", "substr"), ("substr(s, -1) = 'c'", "substr"),
                ("locate('b', s, 2) = 2", "locate"), ("pmod(id, 2) = 1", "pmod"),
-               ("abs(sqrt(id)) > 1", "sqrt")]
+               ("abs(sqrt(id)) > 1", "sqrt"), ("least(length(s), 2) = 2", "least")]
 
 
 @pytest.mark.parametrize(("condition", "name"), UNSUPPORTED)
