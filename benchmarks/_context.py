@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from benchmarks._report import Report
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Context", "default_datadir"]
+__all__ = ["Context", "default_datadir", "run_alone"]
 
 SPARK_MASTER = "local[2]"
 
@@ -86,3 +87,21 @@ class Context:
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
             shutil.rmtree(self.datadir, ignore_errors=True)
+
+
+def run_alone(name: str, title: str, run: Callable[[Context], None], *, quick: bool,
+              keep: bool = False) -> int:
+    """Run one benchmark's `run` outside `python -m benchmarks` (a module's own `main`):
+    its figures printed as measured, then the summary lines."""
+    report = Report(echo=lambda line: print(line, flush=True))
+    ctx = Context(report, quick=quick, keep=keep)
+    section = report.begin(name, title)
+    started = time.perf_counter()
+    try:
+        run(ctx)
+    finally:
+        section.seconds = time.perf_counter() - started
+        ctx.close()
+    for line in report.summary_lines():
+        print(line)
+    return 0

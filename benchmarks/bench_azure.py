@@ -31,8 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmarks._context import Context
-from benchmarks._report import Figure, Report
+from benchmarks._context import Context, run_alone
+from benchmarks._report import Figure
 from benchmarks.bench_latency import (
     FULL,
     QUICK,
@@ -172,18 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    report = Report(echo=lambda line: print(line, flush=True))
-    ctx = Context(report, quick=args.quick)
-    section = report.begin(NAME, TITLE)
-    started = time.perf_counter()
-    try:
-        run(ctx)
-    finally:
-        section.seconds = time.perf_counter() - started
-        ctx.close()
-    for line in report.summary_lines():
-        print(line)
-    return 0
+    return run_alone(NAME, TITLE, run, quick=args.quick)
 
 
 if __name__ == "__main__":

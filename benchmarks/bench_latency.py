@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._context import Context
-from benchmarks._report import Figure, Report, count_label
+from benchmarks._context import Context, run_alone
+from benchmarks._report import Figure, count_label
 
 NAME = "latency"
 TITLE = "file close -> record in read_stream, through the daemon"
@@ -429,18 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              f"{FULL.files}")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
     args = parser.parse_args(argv)
-    report = Report(echo=lambda line: print(line, flush=True))
-    ctx = Context(report, quick=args.quick, keep=args.keep)
-    section = report.begin(NAME, TITLE)
-    started = time.perf_counter()
-    try:
-        run(ctx)
-    finally:
-        section.seconds = time.perf_counter() - started
-        ctx.close()
-    for line in report.summary_lines():
-        print(line)
-    return 0
+    return run_alone(NAME, TITLE, run, quick=args.quick, keep=args.keep)
 
 
 if __name__ == "__main__":

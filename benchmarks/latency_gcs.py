@@ -24,8 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmarks._context import Context
-from benchmarks._report import Figure, Report, count_label, timed
+from benchmarks._context import Context, run_alone
+from benchmarks._report import Figure, count_label, timed
 from benchmarks.bench_latency import (
     FULL,
     QUICK,
@@ -193,19 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
     args = parser.parse_args(argv)
-    report = Report(echo=lambda line: print(line, flush=True))
-    ctx = Context(report, quick=args.quick, keep=args.keep)
-    section = report.begin("latency", "GCS + Pub/Sub on the emulators")
-    started = time.perf_counter()
-    try:
+
+    def both(ctx: Context) -> None:
         run_latency(ctx, QUICK if args.quick else FULL)
         run_discovery(ctx)
-    finally:
-        section.seconds = time.perf_counter() - started
-        ctx.close()
-    for line in report.summary_lines():
-        print(line)
-    return 0
+
+    return run_alone("latency", "GCS + Pub/Sub on the emulators", both, quick=args.quick,
+                     keep=args.keep)
 
 
 if __name__ == "__main__":
