@@ -34,8 +34,8 @@ from typing import Any
 import pyarrow as pa
 from PIL import Image, ImageFilter
 
-from benchmarks._context import Context
-from benchmarks._report import Figure, Report
+from benchmarks._context import Context, run_alone
+from benchmarks._report import Figure
 
 NAME = "pipeline"
 TITLE = "image-metadata recipe over 2,000 JPEGs: pipeline vs a Python loop vs binaryFile"
@@ -244,20 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    report = Report(echo=lambda line: print(line, flush=True))
-    ctx = Context(report, quick=args.quick, keep=args.keep)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
-    section = report.begin(NAME, TITLE)
     started = time.perf_counter()
-    try:
-        run(ctx)
-    finally:
-        section.seconds = time.perf_counter() - started
-        ctx.close()
-    for line in report.summary_lines():
-        print(line)
-    print(f"took {section.seconds:.1f} s; load average {os.getloadavg()[0]:.2f} at the end")
-    return 0
+    status = run_alone(NAME, TITLE, run, quick=args.quick, keep=args.keep)
+    print(f"took {time.perf_counter() - started:.1f} s; load average "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    return status
 
 
 if __name__ == "__main__":
