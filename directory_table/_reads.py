@@ -23,6 +23,10 @@ from directory_table.schema import BUCKET_FIELD, BUCKETED_SCHEMA
 
 __all__ = ["dv_rows", "live_files", "local_rows", "snapshot"]
 
+#: masked files are filtered one by one while there is at most one per this many rows read
+#: (`_drop_marked`), else all rows in one filter
+_ROWS_PER_SLICE = 10_000
+
 
 def local_rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None,
                  ) -> pa.Table | None:
@@ -120,7 +124,29 @@ def live_files(dt: DeltaTable, paths: list[str], counts: list[int | None],
         table = table.append_column(BUCKET_FIELD, pa.array(np.repeat(
             np.array(buckets, dtype=np.int32), counts), pa.int32()))
     if any(m is not None for m in masks):
+        table = _drop_marked(table, masks, counts)
+    return table.select(columns)
+
+
+def _drop_marked(table: pa.Table, masks: list[np.ndarray | None], counts: list[int],
+                 rows_per_slice: int = _ROWS_PER_SLICE) -> pa.Table:
+    """`table` (the files' rows in order, `counts` each) less the rows `masks` mark. With few
+    masked files only they are filtered, the runs of files between them kept as zero-copy
+    slices; with many, one filter over every row. Measured at 10M rows in 4,880 files (best of
+    three): one filter 0.72 s whatever the masks; slices 0.05 s with 5 masked files, 1.08 s
+    with 1,464 and 2.7 s with all of them (about 0.5 ms a file), hence `rows_per_slice`."""
+    if sum(m is not None for m in masks) * rows_per_slice > table.num_rows:
         keep = np.concatenate([m if m is not None else np.ones(n, dtype=bool)
                                for m, n in zip(masks, counts, strict=True)])
-        table = table.filter(pa.array(keep))
-    return table.select(columns)
+        return table.filter(pa.array(keep))
+    pieces, start, run = [], 0, 0
+    for mask, n in zip(masks, counts, strict=True):
+        if mask is not None:
+            if start > run:
+                pieces.append(table.slice(run, start - run))
+            pieces.append(table.slice(start, n).filter(pa.array(mask)))
+            run = start + n
+        start += n
+    if start > run:
+        pieces.append(table.slice(run, start - run))
+    return pa.concat_tables(pieces) if pieces else table.slice(0, 0)

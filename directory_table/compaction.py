@@ -21,16 +21,19 @@ bounded on a huge table.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from directory_table import dv
 from directory_table._reads import live_files
 from directory_table.deltalog import replay
+from directory_table.files import FileIndex
 from directory_table.layout import BUCKET_COLUMN
 from directory_table.protocol import has_deletion_vectors
 from directory_table.rewrite import rows_per_file, write_commit
@@ -42,7 +45,13 @@ PURGE_FRACTION = 0.2
 _NAMES = BUCKETED_SCHEMA.names
 _SCHEMA = BUCKETED_SCHEMA
 
-__all__ = ["sorted_compact"]
+__all__ = ["FOLD_MIN_FILES", "fold_after", "fold_small_files", "sorted_compact"]
+
+log = logging.getLogger(__name__)
+
+#: a bucket is folded once it holds this many small files (Delta's auto compaction waits for
+#: 50 too, `spark.databricks.delta.autoCompact.minNumFiles`)
+FOLD_MIN_FILES = 50
 
 #: rows rewritten per compaction commit (whole buckets; a bigger bucket is a group alone)
 _GROUP_ROWS = 1_000_000
@@ -117,29 +126,98 @@ def sorted_compact(dt: DeltaTable, max_small_files: int, storage_options: dict[s
         rows_in_group += rows
     removed = added = 0
     for group in groups:
-        files = [f for b in group for f in work[b]]
-        adds = []
-        for bucket in group:
-            chosen = work[bucket]
-            table = live_files(dt, [f[0] for f in chosen], [f[3] for f in chosen],
-                               [descriptors.get(f[0]) for f in chosen],
-                               [bucket] * len(chosen), _NAMES, storage_options)
-            adds.append((bucket, table.cast(_SCHEMA).sort_by("relative_path")))
-        # a file is its path and its DV: the remove of a file with one names it
-        marked_removes = [{"remove": {"path": f[0], "dataChange": False,
-                                      "extendedFileMetadata": True,
-                                      "partitionValues": {BUCKET_COLUMN: str(f[2])},
-                                      "size": f[1],
-                                      "deletionVector": descriptors[f[0]].to_json()}}
-                          for f in files if f[0] in descriptors]
-        write_commit(dt, dt.version() + 1,
-                     removes=[f[:3] for f in files if f[0] not in descriptors],
-                     marked=marked_removes, adds=adds, cdc=[],
-                     data_change=False, now=datetime.now(UTC), storage_options=storage_options,
-                     operation=("OPTIMIZE", {"sorted": "relative_path",
-                                             "buckets": ",".join(map(str, group))}),
-                     custom_metadata={"volume_stream.maintenance": "compact"})
+        _, gone, new = _rewrite(dt, dt.version() + 1, {b: work[b] for b in group}, descriptors,
+                                storage_options, per_file)
         dt.update_incremental()
-        removed += len(files)
-        added += sum(-(-t.num_rows // per_file) for _, t in adds if t.num_rows)
+        removed += gone
+        added += new
     return len(work), removed, added
+
+
+def fold_after(dt: DeltaTable, version: int, files_at: Callable[[], FileIndex | None],
+               written: list[tuple[str, pa.Table]], keys, min_files: int | None,
+               storage_options: dict[str, str]) -> int | None:
+    """After the merge-on-read commit of `version`, which wrote the data files `written`:
+    fold the small files of one of their buckets when due (`fold_small_files`) and record the
+    fold in the key index `keys` (`keyed.KeyCache`). Best effort: the batch is committed
+    already, a fold that fails (another writer took the version, a store error) is left to a
+    later batch. `files_at()`: the table's files, as of `version` when no other writer came
+    between. Returns the fold's version, or None."""
+    if not min_files or not written:
+        return None
+    buckets = {int(path.split("/", 1)[0].split("=", 1)[1]) for path, _ in written}
+    try:
+        files = files_at()
+        if files is None or files.version != version:
+            return None
+        folded = fold_small_files(dt, version + 1, files, buckets, min_files, storage_options)
+    except CommitFailedError:
+        log.info("directory table %s: another writer committed version %d first; the fold "
+                 "of small files waits for a later batch", dt.table_uri, version + 1)
+        return None
+    except Exception as exc:  # noqa: BLE001 (a fold is an optimisation: never fail the batch)
+        log.warning("directory table %s: folding small files failed (%s); a later batch "
+                    "tries again", dt.table_uri, exc)
+        return None
+    if folded is None:
+        return None
+    keys.record(version + 1, [], folded)
+    return version + 1
+
+
+def fold_small_files(dt: DeltaTable, version: int, files: FileIndex, buckets: Iterable[int],
+                     min_files: int, storage_options: dict[str, str],
+                     ) -> list[tuple[str, pa.Table]] | None:
+    """Auto-compaction after a merge-on-read commit (DESIGN §4.8): of `buckets` (those the
+    commit wrote to), the one holding the most small files (fewer live rows than half a full
+    file), when it holds at least `min_files`, has them folded together (sorted, without
+    their marked rows) in a `dataChange=false` commit at exactly `version`; the other files
+    of the bucket stay as they are. One bucket a commit keeps the work per batch small (tens
+    of small files) and still outpaces the files batches add. `files`: the table's files at
+    `version - 1`. Returns the files written, or None when no bucket was due.
+    Raises `CommitFailedError` when another writer took `version`."""
+    small_rows = max(1, rows_per_file(dt) // 2)
+    due = []
+    for bucket in set(buckets):
+        small = [e for e in files.by_bucket.get(bucket, {}).values()
+                 if e.live_rows is not None and e.live_rows < small_rows]
+        if len(small) >= min_files:
+            due.append((len(small), bucket, small))
+    if not due:
+        return None
+    _, bucket, small = max(due)
+    descriptors = {e.path: e.dv for e in small if e.dv is not None}
+    work = {bucket: [(e.path, e.size, e.bucket, e.rows, e.low, e.high) for e in small]}
+    return _rewrite(dt, version, work, descriptors, storage_options, rows_per_file(dt),
+                    fold=True)[0]
+
+
+def _rewrite(dt: DeltaTable, version: int, work: dict[int, list[tuple]],
+             descriptors: dict[str, dv.Descriptor], storage_options: dict[str, str],
+             per_file: int, fold: bool = False,
+             ) -> tuple[list[tuple[str, pa.Table]], int, int]:
+    """One `dataChange=false` commit at `version` replacing the files `work` names (per
+    bucket: (path, size, bucket, rows, min path, max path)) by their live rows, sorted by path
+    and split into files of `per_file` rows. Returns (files written, files removed, files
+    added)."""
+    adds = []
+    for bucket, chosen in work.items():
+        table = live_files(dt, [f[0] for f in chosen], [f[3] for f in chosen],
+                           [descriptors.get(f[0]) for f in chosen],
+                           [bucket] * len(chosen), _NAMES, storage_options)
+        adds.append((bucket, table.cast(_SCHEMA).sort_by("relative_path")))
+    files = [f for chosen in work.values() for f in chosen]
+    # a file is its path and its DV: the remove of a file with one names it
+    marked_removes = [{"remove": {"path": f[0], "dataChange": False,
+                                  "extendedFileMetadata": True,
+                                  "partitionValues": {BUCKET_COLUMN: str(f[2])},
+                                  "size": f[1],
+                                  "deletionVector": descriptors[f[0]].to_json()}}
+                      for f in files if f[0] in descriptors]
+    written = write_commit(
+        dt, version, removes=[f[:3] for f in files if f[0] not in descriptors],
+        marked=marked_removes, adds=adds, cdc=[], data_change=False, now=datetime.now(UTC),
+        storage_options=storage_options,
+        operation=("OPTIMIZE", {"sorted": "relative_path", "buckets": ",".join(map(str, work))}),
+        custom_metadata={"volume_stream.maintenance": "fold" if fold else "compact"})
+    return written, len(files), sum(-(-t.num_rows // per_file) for _, t in adds if t.num_rows)

@@ -31,6 +31,7 @@ from connectors.events import FileEvent
 from directory_table import _reads, mor, protocol, rewrite
 from directory_table.batch import Batch
 from directory_table.cdf import _CDF_SCHEMA, changes, read_cdf  # noqa: F401
+from directory_table.compaction import FOLD_MIN_FILES, fold_after
 from directory_table.deltalog import replay
 from directory_table.errors import CommitConflict, TableMissing
 from directory_table.files import CommitLog, FileIndex, Stale
@@ -96,11 +97,8 @@ class ApplyResult:
 
 def _retention_config(days: float) -> dict[str, str]:
     interval = f"interval {max(0, int(days * 24 * 3600))} seconds"
-    return {
-        "delta.enableChangeDataFeed": "true",
-        "delta.logRetentionDuration": interval,
-        "delta.deletedFileRetentionDuration": interval,
-    }
+    return {"delta.enableChangeDataFeed": "true", "delta.logRetentionDuration": interval,
+            "delta.deletedFileRetentionDuration": interval}
 
 
 class DirectoryTable:
@@ -127,6 +125,8 @@ class DirectoryTable:
     rewrite_min_events: int | None = 1
     #: the folder of merge-on-read tables' key indexes (None: `keyed.key_root`'s choice)
     key_index_root: str | None = None
+    #: a merge-on-read bucket's small files are folded after a batch once this many (None: no)
+    fold_min_files: int | None = FOLD_MIN_FILES
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -150,10 +150,9 @@ class DirectoryTable:
         table = cls(root, base_url, storage_options)
         config = {**_retention_config(retention_days), BUCKETS_KEY: str(buckets),
                   TARGET_FILE_SIZE_KEY: str(target_file_size)}
+        dvs = {protocol.DV_KEY: "true"} if deletion_vectors else {}
         DeltaTable.create(table.path, schema=BUCKETED_SCHEMA, mode="error", name="directory",
-                          partition_by=[BUCKET_FIELD.name],
-                          configuration={**config, **({protocol.DV_KEY: "true"}
-                                                      if deletion_vectors else {})},
+                          partition_by=[BUCKET_FIELD.name], configuration={**config, **dvs},
                           storage_options=table.storage_options, raise_if_key_not_exists=False)
         DeltaTable.create(table.tombstones_path, schema=BUCKETED_TOMBSTONE_SCHEMA, mode="error",
                           partition_by=[BUCKET_FIELD.name],
@@ -197,8 +196,8 @@ class DirectoryTable:
         return self._tomb
 
     def layout(self) -> Layout:
-        """Bucket count and layout of the latest version (`bucketed=False`: a table written
-        before buckets existed, read as it is until `migrate()`)."""
+        """Bucket count and layout of the latest version (`bucketed=False`: the pre-bucket
+        layout, read as it is until `migrate()`)."""
         return Layout.of(self.delta())
 
     def version(self) -> int:
@@ -223,8 +222,8 @@ class DirectoryTable:
         return dt
 
     def file_count(self) -> int:
-        """Rows at the latest version, from the log's file statistics (no data read): each
-        file's rows less those its deletion vector marks."""
+        """Rows at the latest version from the log's file statistics (no data read), less the
+        rows deletion vectors mark."""
         dt = self.delta()
         if protocol.has_deletion_vectors(dt):
             files = replay(dt.table_uri, self.storage_options, dt.version()).files
@@ -374,8 +373,11 @@ class DirectoryTable:
                                  custom_metadata={_COMMIT_TS_KEY: now.isoformat()},
                                  storage_options=self.storage_options,
                                  store=Store(dt.table_uri, self.storage_options))
-            KeyCache.of(dt.table_uri, self.storage_options,
-                        key_root(self.root, self.key_index_root)).record(version, [*updated, *deleted], written)
+            keys = KeyCache.of(dt.table_uri, self.storage_options,
+                               key_root(self.root, self.key_index_root))
+            keys.record(version, [*updated, *deleted], written)
+            fold_after(dt, version, lambda: self._write_state()[1], written, keys,
+                       self.fold_min_files, self.storage_options)
             return
         if loaded is not None:
             rewrite.commit(dt, layout, loaded, version=version, new_rows=laid_out,
@@ -468,8 +470,7 @@ class DirectoryTable:
         `dataChange=false` commit: no change records, stream offsets stay valid), in the
         directory table and its tombstones; then write a checkpoint and drop log entries older
         than the table's log retention. With `migrate`, a table in the pre-bucket layout is
-        first rewritten into `buckets` buckets (`migrate()`). See `directory_table.maintenance`.
-        """
+        first rewritten into `buckets` buckets (`migrate()`). See `directory_table.maintenance`."""
         from directory_table.maintenance import optimize
 
         return optimize(self, max_files_per_bucket=max_files_per_bucket,
@@ -491,10 +492,8 @@ class DirectoryTable:
 
     # ---------------------------------------------------------------- retention
     def apply_retention(self, retention_days: float) -> dict:
-        """Drop versions and files older than `retention_days` (DESIGN §4.5).
-
-        Checkpoints first, so the table stays readable from the oldest kept version on.
-        """
+        """Drop versions and files older than `retention_days` (DESIGN §4.5), checkpointing
+        first so the table stays readable from the oldest kept version on."""
         from directory_table.maintenance import apply_retention
 
         return apply_retention(self, retention_days)

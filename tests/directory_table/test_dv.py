@@ -9,13 +9,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from connectors.events import FileEvent
-from directory_table import DirectoryTable, dv
+from directory_table import DirectoryTable, _reads, dv
 from directory_table.deltalog import replay
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -66,6 +67,22 @@ def test_a_dv_of_several_high_buckets_decodes():
     assert dv.live_mask(None, 3, lambda *_: b"") is None
     mask = dv.live_mask(dv.inline(BitMap([0, 2])), 4, lambda *_: b"")
     assert mask is not None and mask.tolist() == [False, True, False, True]
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.booleans(), st.integers(0, 2**40)),
+                min_size=1, max_size=30),
+       st.sampled_from([1, 10_000]))
+def test_marked_rows_drop_the_same_by_slices_or_one_filter(files, rows_per_slice):
+    """`_drop_marked` keeps exactly the unmarked rows in order, whichever way it filters."""
+    counts = [n for n, _, _ in files]
+    rng = [np.random.default_rng(seed) for _, _, seed in files]
+    masks = [r.random(n) < 0.5 if has else None for (n, has, _), r in zip(files, rng)]
+    table = pa.table({"i": pa.array(range(sum(counts)), pa.int64())})
+    expected = [i for i, keep in enumerate(np.concatenate(
+        [m if m is not None else np.ones(n, dtype=bool) for m, n in zip(masks, counts)]))
+        if keep]
+    kept = _reads._drop_marked(table, masks, counts, rows_per_slice)
+    assert kept["i"].to_pylist() == expected
 
 
 def test_a_file_whose_every_row_goes_is_removed_not_marked(tmp_path):

@@ -150,3 +150,37 @@ def test_a_table_restored_from_a_copy_does_not_reuse_a_later_index(tmp_path):
         restored.apply([FileEvent.created(p, size=100 + k, last_modified_time=T0)
                          for p in PATHS[k::7]])
     assert_true_to(restored)
+
+
+def test_small_files_are_folded_after_batches_and_no_row_changes(tmp_path):
+    """Auto-compaction (`compaction.fold_after`): a bucket's small per-batch files are folded
+    once it holds `fold_min_files`; the rows, the change feed (a fold records no change) and
+    the key index stay what they are without folds, and small files stay bounded."""
+    folded, plain = make(tmp_path / "folded", True), make(tmp_path / "plain", True)
+    folded.fold_min_files, plain.fold_min_files = 4, None
+    for table in (folded, plain):
+        table.apply([FileEvent.created(p, size=1, etag="e0", last_modified_time=T0,
+                                       event_time=T0) for p in PATHS])
+    for k in range(1, 31):
+        at = T0 + timedelta(seconds=k)
+        events = [FileEvent.created(PATHS[(k * 7 + j * 13) % len(PATHS)], size=k, etag=f"e{k}",
+                                    last_modified_time=at, event_time=at) for j in range(3)]
+        events.append(FileEvent.removed(PATHS[(k * 11) % len(PATHS)], event_time=at))
+        for table in (folded, plain):
+            assert table.apply(events).version is not None
+        assert_true_to(folded)
+    ops = [e["operation"] for e in folded.history()]
+    assert ops.count("OPTIMIZE") >= 3 and "OPTIMIZE" not in [e["operation"]
+                                                             for e in plain.history()]
+    same = COLUMNS[:3]  # (versions differ: the folds take some)
+    rows = [sorted(t.snapshot(columns=same).to_pylist(), key=repr) for t in (folded, plain)]
+    assert rows[0] == rows[1]
+    feeds = [sorted(t.changes(0, t.version(), columns=same).drop_columns(
+        ["_commit_version"]).to_pylist(), key=repr) for t in (folded, plain)]
+    assert feeds[0] == feeds[1]
+    small = [[e for e in files.values() if e.live_rows < 20]
+             for files in folded._write_state()[1].by_bucket.values()]
+    assert max(len(s) for s in small) < 4 + 3  # folded at 4; at most a few batches since
+    assert sum(len(s) for s in small) < sum(
+        1 for files in plain._write_state()[1].by_bucket.values() for e in files.values()
+        if e.live_rows < 20)

@@ -65,7 +65,9 @@ def _grow(table: DirectoryTable, compaction: str) -> set[int]:
     # only new paths, past every file's range: our writer rewrites no file and writes no
     # change data (a reader takes the added files' rows as inserts)
     h.apply(puts=[("zz/a", 1), ("zz/b", 2), ("zz/c", 3)])
-    return {compacted}
+    # merge-on-read folds small files after a batch (`compaction.fold_after`): no data change
+    folds = {e["version"] for e in table.history() if e["operation"] == "OPTIMIZE"}
+    return {compacted} | folds
 
 
 @pytest.fixture(scope="module", params=["delta-rs merge", "our writer", "our writer streamed",
@@ -77,13 +79,16 @@ def grown(request, tmp_path_factory):
 
     table = DirectoryTable.create(str(tmp_path_factory.mktemp("vol")), "file:///d/", buckets=2,
                                   deletion_vectors=request.param == "deletion vectors")
+    table.fold_min_files = 2  # merge-on-read: small files folded after batches, Spark reads it
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "delta-rs merge":
             table.rewrite_min_events = None  # inserts by delta-rs append, the rest by its merge
         elif request.param == "our writer streamed":
             patch.setattr(rewrite, "MAX_LOADED_ROWS", 0)
         compaction = "delta-rs" if request.param == "delta-rs merge" else "ours"
-        return table, _grow(table, compaction)
+        grown = _grow(table, compaction)
+        assert len(grown) > 1 or request.param != "deletion vectors"  # a fold was made
+        return table, grown
 
 
 def test_spark_reads_our_rows_at_every_version(delta_spark, grown):
