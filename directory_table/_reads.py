@@ -23,6 +23,11 @@ from directory_table.schema import BUCKET_FIELD, BUCKETED_SCHEMA
 
 __all__ = ["dv_rows", "live_files", "local_rows", "snapshot"]
 
+#: where whole-table reads allocate: the C library's allocator. A 10M-row read and its DV
+#: filter (~1.2 GB each, fresh memory every read) measured 9.0-9.7 s with pyarrow's default
+#: pool (mimalloc) and 4.2-5.4 s with this one, the read alone 3.8-5.4 s against 3.1-4.4 s
+_POOL = pa.system_memory_pool()
+
 #: masked files are filtered one by one while there is at most one per this many rows read
 #: (`_drop_marked`), else all rows in one filter
 _ROWS_PER_SLICE = 10_000
@@ -43,7 +48,8 @@ def local_rows(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None
     if uris is None or any("://" in u for u in uris):
         return None
     schema = pa.schema([BUCKETED_SCHEMA.field(n) for n in columns])
-    return ds.dataset(uris, schema=schema, format="parquet").to_table(use_threads=False)
+    return ds.dataset(uris, schema=schema, format="parquet").to_table(use_threads=False,
+                                                                      memory_pool=_POOL)
 
 
 def snapshot(dt: DeltaTable, columns: list[str], buckets: Iterable[int] | None, *,
@@ -116,7 +122,8 @@ def live_files(dt: DeltaTable, paths: list[str], counts: list[int | None],
         counts = [p.num_rows for p in parts]
         table = pa.concat_tables([plain_types(p) for p in parts])
     else:
-        table = plain_types(dataset.to_table(columns=read, use_threads=False))
+        table = plain_types(dataset.to_table(columns=read, use_threads=False,
+                                             memory_pool=_POOL))
     store = Store(dt.table_uri, storage_options or {})
     masks = [dv.live_mask(d, n, store.read_range) for d, n in zip(descriptors, counts,
                                                                   strict=True)]
@@ -138,13 +145,13 @@ def _drop_marked(table: pa.Table, masks: list[np.ndarray | None], counts: list[i
     if sum(m is not None for m in masks) * rows_per_slice > table.num_rows:
         keep = np.concatenate([m if m is not None else np.ones(n, dtype=bool)
                                for m, n in zip(masks, counts, strict=True)])
-        return table.filter(pa.array(keep))
+        return pc.filter(table, pa.array(keep), memory_pool=_POOL)
     pieces, start, run = [], 0, 0
     for mask, n in zip(masks, counts, strict=True):
         if mask is not None:
             if start > run:
                 pieces.append(table.slice(run, start - run))
-            pieces.append(table.slice(start, n).filter(pa.array(mask)))
+            pieces.append(pc.filter(table.slice(start, n), pa.array(mask), memory_pool=_POOL))
             run = start + n
         start += n
     if start > run:
