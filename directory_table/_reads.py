@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from directory_table import dv
 from directory_table.deltalog import replay
-from directory_table.filestore import Store
+from directory_table.filestore import Store, run
 from directory_table.kept import VersionsGone, is_missing_file, oldest_readable
 from directory_table.layout import Layout, _files_dataset, bucket_array, plain_types
 from directory_table.protocol import has_deletion_vectors
@@ -143,17 +143,20 @@ def _drop_marked(table: pa.Table, masks: list[np.ndarray | None], counts: list[i
     three): one filter 0.72 s whatever the masks; slices 0.05 s with 5 masked files, 1.08 s
     with 1,464 and 2.7 s with all of them (about 0.5 ms a file), hence `rows_per_slice`."""
     if sum(m is not None for m in masks) * rows_per_slice > table.num_rows:
-        keep = np.concatenate([m if m is not None else np.ones(n, dtype=bool)
-                               for m, n in zip(masks, counts, strict=True)])
-        return pc.filter(table, pa.array(keep), memory_pool=_POOL)
-    pieces, start, run = [], 0, 0
+        # the columns filtered on the writer threads (pyarrow drops the GIL): 0.24 s for 10M
+        # rows on two, 0.41 s column after column, 0.6 s as one table
+        keep = pa.array(np.concatenate([m if m is not None else np.ones(n, dtype=bool)
+                                        for m, n in zip(masks, counts, strict=True)]))
+        return pa.table(run(lambda c: pc.filter(c, keep, memory_pool=_POOL), table.columns),
+                        schema=table.schema)
+    pieces, start, since = [], 0, 0
     for mask, n in zip(masks, counts, strict=True):
         if mask is not None:
-            if start > run:
-                pieces.append(table.slice(run, start - run))
+            if start > since:
+                pieces.append(table.slice(since, start - since))
             pieces.append(pc.filter(table.slice(start, n), pa.array(mask), memory_pool=_POOL))
-            run = start + n
+            since = start + n
         start += n
-    if start > run:
-        pieces.append(table.slice(run, start - run))
+    if start > since:
+        pieces.append(table.slice(since, start - since))
     return pa.concat_tables(pieces) if pieces else table.slice(0, 0)
