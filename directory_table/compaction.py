@@ -161,6 +161,8 @@ def fold_after(dt: DeltaTable, version: int, files_at: Callable[[], FileIndex | 
         return None
     if folded is None:
         return None
+    log.info("directory table %s: version %d folds small files into %d", dt.table_uri,
+             version + 1, len(folded))
     keys.record(version + 1, [], folded)
     return version + 1
 
