@@ -30,6 +30,7 @@ from volume_stream.errors import (
     InvalidInputError,
     NotFoundError,
     TrimmedDataError,
+    VolumeStreamError,
     converted,
 )
 from volume_stream.shards import meta as shard_meta
@@ -71,17 +72,12 @@ def _expired(stream: dict[str, Any], retention_days: float, now: datetime) -> bo
 
 
 def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str, str]]:
-    """(name, label) of every readable stream, oldest first per volume or table; a volume (or
-    a change-tracked table) without change log metadata yet gets its default one (enabled,
-    one shard)."""
-    if volume:
-        names = [volume]
-    else:
-        names = [v["name"] for v in catalog.list_volumes()]
-        taken = set(names)
-        store = catalog.tables
-        names += [t for t in store.names() if t not in taken and store.change_tracking(t)
-                  and (store.has_row_ids(t) or store.key(t))]
+    """(name, label) of every readable stream, oldest first per volume or table; one without
+    change log metadata yet gets its default one (enabled, one shard)."""
+    names = [volume] if volume else [v["name"] for v in catalog.list_volumes()]
+    if not volume:
+        names += [t for t in catalog.tables.names() if t not in names
+                  and _tracked(catalog.tables, t)]
     out = []
     now = datetime.now(UTC)
     for name in names:
@@ -89,6 +85,14 @@ def list_change_logs(catalog: Any, volume: str | None = None) -> list[tuple[str,
         out += [(name, s["label"]) for s in log.meta["streams"]
                 if not _expired(s, log.retention_days, now)]
     return out
+
+
+def _tracked(store: Any, name: str) -> bool:
+    """Change-tracked, with row ids or a key; False when unreadable (its folder gone)."""
+    try:
+        return store.change_tracking(name) and bool(store.has_row_ids(name) or store.key(name))
+    except VolumeStreamError:
+        return False
 
 
 def _is_volume(catalog: Any, name: str) -> bool:

@@ -54,6 +54,19 @@ def test_a_registered_name_is_refused_as_a_pipeline_target(cat, tmp_path):
     assert cat.pipeline("s", size, str(tmp_path / "elsewhere" / "x-y"))  # not a table name
 
 
+def test_change_logs_are_listed_past_an_unreadable_registration(cat, tmp_path):
+    """ListStreams (`list_change_logs`) lists the readable change logs, not an error, when a
+    registered table's folder is gone."""
+    from volume_stream.shards import list_change_logs
+
+    cat.register_table("gone", delta(tmp_path / "gone"), key="id")
+    cat.register_table("kept", delta(tmp_path / "kept"), key="id")
+    before = sorted(name for name, _ in list_change_logs(cat))
+    shutil.rmtree(tmp_path / "gone")
+    assert before == ["gone", "kept"]
+    assert sorted(name for name, _ in list_change_logs(cat)) == ["kept"]
+
+
 def test_show_tables_lists_an_unreadable_registration_with_the_reason(cat, tmp_path):
     cat.register_table("gone", delta(tmp_path / "gone"))
     cat.register_table("kept", delta(tmp_path / "kept"))
@@ -73,7 +86,8 @@ def test_show_tables_lists_an_unreadable_registration_with_the_reason(cat, tmp_p
     assert '"name": "gone"' in out.stdout and "Traceback" not in out.output
 
 
-def test_a_location_with_a_doubled_quote_is_read_as_one_quote(cat, tmp_path):
+def test_a_location_with_a_doubled_quote_is_read_as_one_quote(cat, tmp_path, spark):
+    """(`spark`: SELECT runs on the session's Spark, started once for all tests.)"""
     folder = tmp_path / "it's"
     folder.mkdir()
     path = delta(folder / "t")
