@@ -208,8 +208,16 @@ class RunFiles:
 
     def find(self, sorted_paths: list[str]) -> pa.Table:
         """The entries of those of `sorted_paths` the run holds: each path is searched in the
-        one stretch of `stride` rows the sparse index names, touching only those pages."""
+        one stretch of `stride` rows the sparse index names, touching only those pages; when
+        the stretches would cover the run anyway, the run's paths are matched in one pass
+        (measured at 10M rows, 16 runs: 56k paths in 0.47 s against 0.87 s by stretches, 2k
+        paths in 0.07 s by stretches against 0.27 s)."""
         keys, stride, col, found = self.keys, self.stride, self.rows.column(0), []
+        if len(sorted_paths) * stride > self.rows.num_rows:
+            rows = self.rows.take(pc.indices_nonzero(pc.is_in(
+                col, value_set=pa.array(sorted_paths, pa.string()))))
+            return rows.set_column(1, ENTRY_SCHEMA.field("file"),
+                                   pc.take(self.names, rows["file"]))
         lo = 0
         for p in sorted_paths:
             lo = max(bisect.bisect_right(keys, p, lo) - 1, 0)

@@ -107,6 +107,21 @@ def test_random_applies_agree_with_a_dict_model(initial, batches, buckets, max_d
         assert index.delta_size <= max(max_delta, 0) or max_delta >= 1000
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wanted=st.lists(st.sampled_from([*PATHS, "a/", "b/c/7x", "zzz"]), max_size=120))
+def test_lookups_by_stretches_and_by_one_pass_find_the_same(wanted):
+    """A few paths are searched stretch by stretch of the sparse index, many in one pass over
+    the run (`RunFiles.find`): any number of paths, present or not, finds exactly those held."""
+    model = {p: entry(p, f"f{i % 3}", i, i + 1) for i, p in enumerate(PATHS[::2])}
+    with tempfile.TemporaryDirectory() as tmp:
+        index = KeyIndex.build(Path(tmp), "t1", 1, 0, [rows_of(list(model.values()), 1)],
+                               sparse_stride=4, durable=False)
+        found = index.lookup(wanted)
+    held = sorted({p for p in wanted if p in model})
+    assert found["relative_path"].to_pylist() == held
+    assert as_model(found) == {p: model[p] for p in held}
+
+
 def test_merging_can_wait_for_maintain(tmp_path):
     index = KeyIndex.build(tmp_path, "t1", 2, 0, [], max_delta=3)
     model = {}
