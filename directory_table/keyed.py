@@ -5,7 +5,9 @@ The index (`directory_table.keyindex`) is a cache, never the truth. `KeyCache.at
 returns it at exactly `version` or nothing:
 
 * opened from its folder (`<root>/<table id>-<crc32 of its location>`, on a local disk), built from the table's live
-  rows when it is missing, damaged, of another table, or ahead of the table;
+  rows when it is missing, damaged, of another table, or ahead of the table: on a thread
+  (`KeyCache.background`), while batches scan their candidate files, so a daemon's first
+  batch on a 10M-row table does not wait 7-12 s for it;
 * caught up commit by commit when it is behind (another writer committed, or our own commit):
   each commit's newly added data files are read (their live rows are the entries that moved
   or arrived: new images, a compaction's files), and the paths its change feed deletes or
@@ -74,6 +76,9 @@ class KeyCache:
 
     _caches: dict[tuple[str, str], KeyCache] = {}
     _made = threading.Lock()
+    #: build a missing index on a thread while batches scan (a 10M-row build takes 7-12 s:
+    #: a daemon's first batches, and a fresh table copy's, do not wait for it)
+    background = True
 
     def __init__(self, table_uri: str, storage_options: dict[str, str], root: str):
         self.uri, self.options, self.root = table_uri, storage_options, root
@@ -82,6 +87,9 @@ class KeyCache:
         self._folder: Path | None = None
         self.disabled = False
         self.lock = threading.Lock()
+        #: a build running in the background, and what it made (`_start_build`)
+        self._building: threading.Thread | None = None
+        self._built: KeyIndex | None = None
         #: batches planned from the index, and by scanning their candidate files
         self.lookups = self.scans = 0
 
@@ -115,7 +123,11 @@ class KeyCache:
             self.disabled = True
             return None
         assert self._folder is not None
-        if self.index is None:
+        if self._building is not None:
+            if self._building.is_alive():
+                return None  # batches scan their candidate files until it is built
+            self.index, self._building, self._built = self._built, None, None
+        elif self.index is None:
             self.index = KeyIndex.open(self._folder, table_id, buckets)
             if self.index is not None and not self._trusted(self.index):
                 self.index = None  # of another lineage of this table (a restored copy)
@@ -130,9 +142,34 @@ class KeyCache:
                     index = None
                     break
         if index is None or index.version != files.version:
-            index = self.index = self._build(table_id, buckets, files)
+            index = self.index = self._start_build(table_id, buckets, files)
+            if index is None:
+                return None
         self._stamp(index)
         return index
+
+    def _start_build(self, table_id: str, buckets: int, files: FileIndex) -> KeyIndex | None:
+        """Build the index of `files` (the table's files at their version): in the background
+        when `background` (returning None: until it is done, batches scan, and the first batch
+        after it catches it up from the log), else here."""
+        entries = sorted(files.files(), key=lambda e: (e.bucket, e.low or "", e.path))
+        if not self.background:
+            return self._build(table_id, buckets, files.version, entries)
+
+        def build() -> None:
+            try:
+                self._built = self._build(table_id, buckets, files.version, entries)
+            except Exception as exc:  # a cache: the next batch starts another build
+                log.warning("building the key index of %s failed (%s)", self.uri, exc)
+
+        self._building = threading.Thread(target=build, name="key-index-build", daemon=True)
+        self._building.start()
+        return None
+
+    def wait(self) -> None:
+        """Until a background build is done (tests; `close`)."""
+        if self._building is not None:
+            self._building.join()
 
     def _fingerprint(self, version: int) -> int | None:
         body = CommitLog(self.uri, self.options).commit(version)
@@ -216,14 +253,13 @@ class KeyCache:
         items = [(e.path, e.bucket, _or_none(marked_rows(e, store))) for e in entries]
         return live_batches(items, store.read)
 
-    def _build(self, table_id: str, buckets: int, files: FileIndex) -> KeyIndex:
-        entries = sorted(files.files(), key=lambda e: (e.bucket, e.low or "", e.path))
+    def _build(self, table_id: str, buckets: int, version: int, entries: list[FileEntry],
+               ) -> KeyIndex:
         rows = sum(e.live_rows or 0 for e in entries)
-        log.info("building the key index of %s (%d rows, version %d)", self.uri, rows,
-                 files.version)
+        log.info("building the key index of %s (%d rows, version %d)", self.uri, rows, version)
         assert self._folder is not None
-        return KeyIndex.build(self._folder, table_id, buckets, files.version,
-                              self._live(entries), rows_hint=rows)
+        return KeyIndex.build(self._folder, table_id, buckets, version, self._live(entries),
+                              rows_hint=rows)
 
     def _acquire(self, table_id: str) -> bool:
         """Hold this table's index folder (False: another process holds it)."""
@@ -241,6 +277,7 @@ class KeyCache:
         return True
 
     def close(self) -> None:
+        self.wait()
         if self._lock_file is not None:
             os.close(self._lock_file)  # releases the flock
             self._lock_file = self._folder = self.index = None

@@ -46,7 +46,9 @@ def assert_true_to(table: DirectoryTable) -> None:
     cache = cache_of(table)
     dt, files = table._write_state()
     with cache.lock:
-        cache.at(dt, files, table.changes)
+        if cache.at(dt, files, table.changes) is None:  # being built: wait, then catch up
+            cache.wait()
+            cache.at(dt, files, table.changes)
     assert cache.index is not None and cache.index.version == table.version()
     assert cache.check(live(table)) == []
 
@@ -74,6 +76,7 @@ def test_the_index_and_a_scan_plan_the_same_commits(tmp_path_factory, batches):
     for table in tables:
         table.apply([FileEvent.created(p, size=1, etag="e0", last_modified_time=T0)
                      for p in PATHS[::2]])
+    cache_of(tables[0]).wait()  # the index of the first version, built meanwhile
     for k, batch in enumerate(batches, start=1):
         at = T0 + timedelta(seconds=k)
         events = [FileEvent.created(p, size=k, etag=f"e{k}", last_modified_time=at,
@@ -85,7 +88,8 @@ def test_the_index_and_a_scan_plan_the_same_commits(tmp_path_factory, batches):
         assert_true_to(tables[0])
     indexed, scanned = tables
     assert cache_of(scanned).index is None and cache_of(scanned).lookups == 0
-    assert cache_of(indexed).scans == 0 and cache_of(indexed).lookups == len(batches) + 1
+    # the first batch scans while the index is built on a thread; the rest look it up
+    assert cache_of(indexed).scans == 1 and cache_of(indexed).lookups == len(batches)
     rows = [sorted(t.snapshot(columns=COLUMNS).to_pylist(), key=repr) for t in tables]
     assert rows[0] == rows[1]
     feeds = [sorted(t.changes(0, t.version(), columns=COLUMNS).drop_columns(
