@@ -70,7 +70,14 @@ def _grow(table: DirectoryTable, compaction: str) -> set[int]:
     return {compacted} | folds
 
 
-@pytest.fixture(scope="module", params=["delta-rs merge", "our writer", "our writer streamed",
+#: the copy-on-write paths a default table no longer takes (delta-rs's merge: OSS warehouses;
+#: the streamed rewrite: huge copy-on-write batches) are judged in `make soak`
+_SOAK = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", params=[pytest.param("delta-rs merge", marks=_SOAK),
+                                        "our writer",
+                                        pytest.param("our writer streamed", marks=_SOAK),
                                         "deletion vectors"])
 def grown(request, tmp_path_factory):
     """One table per write path, grown once for the module's tests (they only read it): the
@@ -128,7 +135,9 @@ def test_spark_change_feed_is_ours_version_by_version(delta_spark, grown):
             assert spark.num_rows == 0
 
 
-@pytest.mark.parametrize("grown", ["our writer", "our writer streamed", "deletion vectors"],
+@pytest.mark.parametrize("grown", ["our writer", pytest.param("our writer streamed",
+                                                                marks=_SOAK),
+                                   "deletion vectors"],
                          indirect=True)
 def test_spark_change_feed_is_ours_between_every_pair_of_versions(delta_spark, grown):
     table, _ = grown
