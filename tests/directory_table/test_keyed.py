@@ -119,6 +119,7 @@ def test_a_lost_or_damaged_index_is_rebuilt(tmp_path):
     table.apply([FileEvent.created(p, size=1, last_modified_time=T0) for p in PATHS])
     table.apply([FileEvent.created(PATHS[1], size=2, last_modified_time=T0)])
     cache = cache_of(table)
+    cache.wait()  # no build in flight while the folder is damaged
     folder = cache._folder
     assert folder is not None and folder.exists()
     for damage in ("gone", "garbled"):
