@@ -22,11 +22,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks._context import Context
-from benchmarks._data import T0, clone_table, created_events, table_template
+from benchmarks._data import T0, clone_table, created_events, ready, table_template
 from benchmarks._report import Figure, count_label, median, profile_top, timed
 from connectors.events import FileEvent
-from directory_table import DirectoryTable
-from directory_table.keyed import KeyCache, key_root
 from directory_table.layout import Layout, for_layout
 from directory_table.schema import TABLE_SCHEMA, TS
 
@@ -92,16 +90,6 @@ def raw_merge(path: str, rows: pa.Table) -> None:
     )
 
 
-def warm_up(table: DirectoryTable) -> None:
-    """Bring a fresh copy to a running daemon's state: its key index built (on a thread, while
-    a first batch scans) and caught up by a second batch."""
-    when = T0 + timedelta(minutes=1)
-    table.apply([FileEvent.created("warm/a", size=1, last_modified_time=when, event_time=when)])
-    dt = table.delta()
-    KeyCache.of(dt.table_uri, table.storage_options, key_root(table.root)).wait()
-    table.apply([FileEvent.created("warm/b", size=1, last_modified_time=when, event_time=when)])
-
-
 class Runner:
     """Times ours and the raw write of one batch on fresh copies of the template."""
 
@@ -120,7 +108,7 @@ class Runner:
         for _ in range(self.sizes.repeats):
             table = self.fresh_table()
             if warm:
-                warm_up(table)
+                ready(table)
             seconds, result = timed(lambda t=table: t.apply(events))
             runs.append(seconds)
         return median(runs), {"runs_s": runs, "inserted": result.inserted,

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._context import Context
-from benchmarks._data import T0, existing_path
+from benchmarks._data import T0, existing_path, ready
 from benchmarks._floor import cow_floor, removed_files
 from benchmarks._report import Figure, count_label
 from benchmarks.scale import link_copy, peak_rss_gib, template
@@ -194,7 +194,7 @@ def run_rate(ctx: Context, table_root: Path, rows: int, rate: int, seconds: floa
     table = link_copy(table_root, ctx.path(f"sustain-{tag}"))
     # its file index and key index built first, as a running daemon has them (its start
     # refresh builds them): a one-off cost, not the sustained one
-    table.apply([])
+    ready(table)
     listener = TimedListener()
     watcher = SizedWatcher(table, listener, lambda p: True, lambda **kw: None)
     stop = threading.Event()
@@ -262,7 +262,7 @@ def spread_batch_floor(ctx: Context, table_root: Path, rows: int, size: int,
     copy-on-write floor of that commit: plain pyarrow reading and writing exactly the data
     files it replaced (`_floor.cow_floor`)."""
     table = link_copy(table_root, ctx.path(f"sustain-floor-{size}"))
-    table.apply([])  # builds the file and key indexes (a running daemon has them); no commit
+    ready(table)  # the file and key indexes built (a running daemon has them); no commit
     events = [e for _, message in _messages(rows, size, per_message,
                                             random.Random(size), "floor") for e in message]
     started = time.perf_counter()

@@ -76,10 +76,10 @@ def test_marked_rows_drop_the_same_by_slices_or_one_filter(files, rows_per_slice
     """`_drop_marked` keeps exactly the unmarked rows in order, whichever way it filters."""
     counts = [n for n, _, _ in files]
     rng = [np.random.default_rng(seed) for _, _, seed in files]
-    masks = [r.random(n) < 0.5 if has else None for (n, has, _), r in zip(files, rng)]
+    masks = [r.random(n) < 0.5 if has else None for (n, has, _), r in zip(files, rng, strict=True)]
     table = pa.table({"i": pa.array(range(sum(counts)), pa.int64())})
     expected = [i for i, keep in enumerate(np.concatenate(
-        [m if m is not None else np.ones(n, dtype=bool) for m, n in zip(masks, counts)]))
+        [m if m is not None else np.ones(n, dtype=bool) for m, n in zip(masks, counts, strict=True)]))
         if keep]
     kept = _reads._drop_marked(table, masks, counts, rows_per_slice)
     assert kept["i"].to_pylist() == expected

@@ -118,8 +118,8 @@ def test_a_lost_or_damaged_index_is_rebuilt(tmp_path):
     table = make(tmp_path / "t", True)
     table.apply([FileEvent.created(p, size=1, last_modified_time=T0) for p in PATHS])
     table.apply([FileEvent.created(PATHS[1], size=2, last_modified_time=T0)])
+    assert_true_to(table)  # built (on a thread) and caught up before the damage
     cache = cache_of(table)
-    cache.wait()  # no build in flight while the folder is damaged
     folder = cache._folder
     assert folder is not None and folder.exists()
     for damage in ("gone", "garbled"):
@@ -189,3 +189,29 @@ def test_small_files_are_folded_after_batches_and_no_row_changes(tmp_path):
     assert sum(len(s) for s in small) < sum(
         1 for files in plain._write_state()[1].by_bucket.values() for e in files.values()
         if e.live_rows < 20)
+
+
+def test_a_batch_with_many_candidate_files_waits_for_the_build(tmp_path):
+    """While the index is built on a thread, a batch of a few candidate files scans them, and
+    a batch with more than `WAIT_FILES` candidates waits for the build and looks it up."""
+    from directory_table import keyed
+
+    table = make(tmp_path / "t", True)  # files of 40 rows: 4,000 paths make ~100 files
+    many = [f"m/{i:05d}" for i in range(4_000)]
+    table.apply([FileEvent.created(p, size=1, last_modified_time=T0, event_time=T0)
+                 for p in many])
+    assert_true_to(table)  # built (on a thread) and caught up
+    cache = cache_of(table)
+    cache.index = None  # lost: the next batch starts a build
+    shutil.rmtree(cache._folder)
+    cache._folder.mkdir()
+    at = T0 + timedelta(seconds=1)
+    scans = cache.scans
+    table.apply([FileEvent.created(many[7], size=2, last_modified_time=at, event_time=at)])
+    assert cache.scans == scans + 1  # one candidate file: scanned beside the build
+    lookups = cache.lookups
+    table.apply([FileEvent.created(p, size=3, last_modified_time=at, event_time=at)
+                 for p in many[::30]])  # spread: candidates in every file
+    assert len(table._write_state()[1].files()) > keyed.WAIT_FILES
+    assert cache.lookups == lookups + 1 and cache.scans == scans + 1
+    assert_true_to(table)
