@@ -178,7 +178,8 @@ def fold_small_files(dt: DeltaTable, version: int, files: FileIndex, buckets: It
     of small files) and still outpaces the files batches add. `files`: the table's files at
     `version - 1`. Returns the files written, or None when no bucket was due.
     Raises `CommitFailedError` when another writer took `version`."""
-    small_rows = max(1, rows_per_file(dt) // 2)
+    per_file = rows_per_file(dt)
+    small_rows = max(1, per_file // 2)
     due = []
     for bucket in set(buckets):
         small = [e for e in files.by_bucket.get(bucket, {}).values()
@@ -190,8 +191,7 @@ def fold_small_files(dt: DeltaTable, version: int, files: FileIndex, buckets: It
     _, bucket, small = max(due)
     descriptors = {e.path: e.dv for e in small if e.dv is not None}
     work = {bucket: [(e.path, e.size, e.bucket, e.rows, e.low, e.high) for e in small]}
-    return _rewrite(dt, version, work, descriptors, storage_options, rows_per_file(dt),
-                    fold=True)[0]
+    return _rewrite(dt, version, work, descriptors, storage_options, per_file, fold=True)[0]
 
 
 def _rewrite(dt: DeltaTable, version: int, work: dict[int, list[tuple]],

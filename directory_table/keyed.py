@@ -5,8 +5,8 @@ The index (`directory_table.keyindex`) is a cache, never the truth. `KeyCache.at
 returns it at exactly `version` or nothing:
 
 * opened from its folder (`<root>/<table id>-<crc32 of its location>`, on a local disk), built from the table's live
-  rows when it is missing, damaged, of another table, or ahead of the table: on a thread
-  (`KeyCache.background`), while batches with few candidate files scan them, so a daemon's
+  rows when it is missing, damaged, of another table, or ahead of the table: on a thread,
+  while batches with few candidate files scan them, so a daemon's
   first batches on a 10M-row table do not wait 7-12 s for it (a batch with more than
   `WAIT_FILES` candidates waits: the rest of the build costs it less than the scan);
 * caught up commit by commit when it is behind (another writer committed, or our own commit):
@@ -82,9 +82,6 @@ class KeyCache:
 
     _caches: dict[tuple[str, str], KeyCache] = {}
     _made = threading.Lock()
-    #: build a missing index on a thread while batches scan (a 10M-row build takes 7-12 s:
-    #: a daemon's first batches, and a fresh table copy's, do not wait for it)
-    background = True
 
     def __init__(self, table_uri: str, storage_options: dict[str, str], root: str):
         self.uri, self.options, self.root = table_uri, storage_options, root
@@ -148,29 +145,28 @@ class KeyCache:
                     index = None
                     break
         if index is None or index.version != files.version:
-            index = self.index = self._start_build(table_id, buckets, files)
-            if index is None:
-                return None
+            self.index = None
+            self._start_build(table_id, buckets, files)
+            return None
         self._stamp(index)
         return index
 
-    def _start_build(self, table_id: str, buckets: int, files: FileIndex) -> KeyIndex | None:
-        """Build the index of `files` (the table's files at their version): in the background
-        when `background` (returning None: until it is done, batches scan, and the first batch
-        after it catches it up from the log), else here."""
+    def _start_build(self, table_id: str, buckets: int, files: FileIndex) -> None:
+        """Build the index of `files` (the table's files at their version) on a thread: until
+        it is done, batches scan (or wait, `load`), and the first batch after it catches it
+        up from the log. The files and their version are taken now: `files` goes on being
+        advanced while the thread runs."""
+        version = files.version
         entries = sorted(files.files(), key=lambda e: (e.bucket, e.low or "", e.path))
-        if not self.background:
-            return self._build(table_id, buckets, files.version, entries)
 
         def build() -> None:
             try:
-                self._built = self._build(table_id, buckets, files.version, entries)
+                self._built = self._build(table_id, buckets, version, entries)
             except Exception as exc:  # a cache: the next batch starts another build
                 log.warning("building the key index of %s failed (%s)", self.uri, exc)
 
         self._building = threading.Thread(target=build, name="key-index-build", daemon=True)
         self._building.start()
-        return None
 
     def wait(self) -> None:
         """Until a background build is done (tests; `close`)."""
